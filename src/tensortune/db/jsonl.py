@@ -1,0 +1,46 @@
+"""Export records to JSON lines and import them back, to ship tuned results.
+
+Example:
+    >>> import tempfile, os
+    >>> db = Database(":memory:")
+    >>> path = os.path.join(tempfile.mkdtemp(), "records.jsonl")
+    >>> export_jsonl(db, path)
+    0
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+from .database import Database, DatabaseError
+from .records import Record
+
+
+def export_jsonl(db: Database, path: str | os.PathLike[str], workload_prefix: str | None = None) -> int:
+    """Write every record (or those of matching workloads) as one JSON object per line."""
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for rec in db.all_records():
+            if workload_prefix and not rec.workload.id_text.startswith(workload_prefix):
+                continue
+            f.write(json.dumps(rec.to_json(), sort_keys=True) + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> Iterator[Record]:
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield Record.from_json(json.loads(line))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise DatabaseError(f"{path}:{lineno}: not a tensortune record ({exc})") from exc
+
+
+def import_jsonl(db: Database, path: str | os.PathLike[str]) -> int:
+    """Add the records of a JSON-lines file; returns how many were new."""
+    return db.import_records(list(read_jsonl(path)))

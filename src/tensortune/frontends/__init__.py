@@ -1,0 +1,1 @@
+"""What users write: plain callables, Triton kernels, tensor expressions."""

@@ -1,0 +1,112 @@
+"""Builders turn configurations into runnable artifacts, many at once.
+
+`ProcessPoolBuilder` calls a picklable `build(config)` in a pool of worker processes
+(one per core by default) with a compile timeout; a candidate that fails to build is
+returned as a failed `BuildResult` and the others go on. A hung build is killed with
+its pool, which is then started again.
+
+Example:
+    >>> from tensortune.space import Config
+    >>> [r.artifact for r in NullBuilder().build([Config(a=1)])]
+    [None]
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from ..space import Config
+from .errors import CandidateError, ErrorKind
+from .result import BuildResult
+from .worker import classify_exception
+
+
+class Builder(Protocol):
+    """Builds a batch of configurations; never raises for one bad candidate."""
+
+    def build(self, configs: Sequence[Config]) -> list[BuildResult]: ...
+
+
+class NullBuilder:
+    """For candidates that need no compilation (plain Python callables)."""
+
+    def build(self, configs: Sequence[Config]) -> list[BuildResult]:
+        return [BuildResult(c) for c in configs]
+
+
+def _timed_build(build: Callable[[Config], Any], config: Config) -> tuple[str, Any, float]:
+    start = time.perf_counter()
+    try:
+        artifact = build(config)
+        return ("ok", artifact, time.perf_counter() - start)
+    except BaseException as exc:  # noqa: BLE001 - a build's failure belongs to its candidate
+        kind = exc.kind if isinstance(exc, CandidateError) else ErrorKind.COMPILE_ERROR
+        if not isinstance(exc, CandidateError) and classify_exception(exc) is ErrorKind.OUT_OF_RESOURCES:
+            kind = ErrorKind.OUT_OF_RESOURCES
+        return ("error", (kind.value, f"{type(exc).__name__}: {exc}"), time.perf_counter() - start)
+
+
+class ProcessPoolBuilder:
+    """Builds candidates in parallel processes with a per-candidate timeout."""
+
+    def __init__(self, build: Callable[[Config], Any], jobs: int | None = None,
+                 timeout: float = 120.0, start_method: str = "spawn") -> None:
+        self.build_fn = build
+        self.jobs = jobs or os.cpu_count() or 1
+        self.timeout = timeout
+        self._ctx = mp.get_context(start_method)
+        self._pool: cf.ProcessPoolExecutor | None = None
+
+    def _ensure_pool(self) -> cf.ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(self.jobs, mp_context=self._ctx)
+        return self._pool
+
+    def build(self, configs: Sequence[Config]) -> list[BuildResult]:
+        if self.jobs == 1:
+            return [self._to_result(c, _timed_build(self.build_fn, c)) for c in configs]
+        pool = self._ensure_pool()
+        futures = {pool.submit(_timed_build, self.build_fn, c): c for c in configs}
+        results: dict[Config, BuildResult] = {}
+        deadline = time.monotonic() + self.timeout * max(1, -(-len(configs) // self.jobs))
+        try:
+            for fut in cf.as_completed(futures, timeout=max(0.0, deadline - time.monotonic())):
+                cfg = futures[fut]
+                try:
+                    results[cfg] = self._to_result(cfg, fut.result())
+                except Exception as exc:  # the pool itself broke (a build crashed its process)
+                    results[cfg] = BuildResult(cfg, None, ErrorKind.CRASHED, f"build process died: {exc}")
+                    self._restart()
+        except cf.TimeoutError:
+            self._restart()
+        for cfg in configs:
+            if cfg not in results:
+                results[cfg] = BuildResult(cfg, None, ErrorKind.TIMEOUT,
+                                           f"build did not finish within {self.timeout:.0f} s")
+        return [results[c] for c in configs]
+
+    @staticmethod
+    def _to_result(config: Config, outcome: tuple[str, Any, float]) -> BuildResult:
+        status, payload, seconds = outcome
+        if status == "ok":
+            return BuildResult(config, payload, None, "", seconds)
+        kind, message = payload
+        return BuildResult(config, None, ErrorKind(kind), message[:4000], seconds)
+
+    def _restart(self) -> None:
+        if self._pool is not None:
+            for proc in list(getattr(self._pool, "_processes", {}).values()):
+                if proc.is_alive():
+                    proc.kill()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None

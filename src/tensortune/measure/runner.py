@@ -1,0 +1,92 @@
+"""Runners time built candidates and yield one result per candidate as it is known.
+
+Example:
+    >>> from tensortune.space import Config
+    >>> from tensortune.measure import BuildResult, Timer
+    >>> runner = CallableRunner(lambda n: sum(range(n)), Timer(min_repeats=2, budget_seconds=0))
+    >>> next(iter(runner.run([BuildResult(Config(n=10))]))).ok
+    True
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from .errors import CandidateError, ErrorKind, WrongResult
+from .result import BuildResult, MeasureResult
+from .timer import Timer
+from .worker import classify_exception
+
+
+class Runner(Protocol):
+    """Measures built candidates; failures become failed results, never exceptions."""
+
+    def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]: ...
+
+
+def failed_build(build: BuildResult) -> MeasureResult:
+    assert build.error is not None
+    return MeasureResult.failed(build.config, build.error, build.message,
+                                compile_seconds=build.compile_seconds)
+
+
+def check_close(actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None) -> None:
+    """Raise WrongResult unless `actual` matches `expected` within dtype-fitting tolerances."""
+    a = np.asarray(actual)
+    e = np.asarray(expected)
+    if a.shape != e.shape:
+        raise WrongResult(f"shape {a.shape} != expected {e.shape}")
+    if rtol is None or atol is None:
+        tol = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4}.get(a.dtype, 1e-7)
+        if a.dtype.kind in "iub":
+            tol = 0.0
+        rtol = tol if rtol is None else rtol
+        atol = tol if atol is None else atol
+    if not np.all(np.isfinite(a[np.isfinite(e)])):
+        raise WrongResult("result has NaN or infinity where the reference is finite")
+    scale = float(np.max(np.abs(e))) if e.size else 0.0
+    if not np.allclose(a, e, rtol=rtol, atol=atol * max(scale, 1.0), equal_nan=True):
+        err = float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64))))
+        raise WrongResult(f"max abs error {err:.3g} exceeds rtol={rtol:g}, atol={atol:g} (scale {scale:.3g})")
+
+
+class CallableRunner:
+    """Times `fn(**config)` in this process (for `tensortune.tune`).
+
+    With `reference`, the first call's return value is compared with `reference(**config)`
+    (or `reference()` if it takes no arguments) and a mismatch is a `wrong_result`.
+    """
+
+    def __init__(self, fn: Callable[..., Any], timer: Timer | None = None,
+                 reference: Callable[..., Any] | None = None) -> None:
+        self.fn = fn
+        self.timer = timer or Timer()
+        self.reference = reference
+        self._expected: Any = None
+
+    def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
+        for b in builds:
+            if not b.ok:
+                yield failed_build(b)
+                continue
+            start = time.perf_counter()
+            kwargs = dict(b.config)
+            try:
+                out = self.fn(**kwargs)
+                if self.reference is not None:
+                    if self._expected is None:
+                        self._expected = self.reference()
+                    check_close(out, self._expected)
+                times = self.timer.time(lambda: self.fn(**kwargs))
+            except CandidateError as exc:
+                yield MeasureResult.failed(b.config, exc.kind, str(exc))
+                continue
+            except Exception as exc:  # noqa: BLE001 - the candidate's failure, recorded
+                yield MeasureResult.failed(b.config, classify_exception(exc), f"{type(exc).__name__}: {exc}")
+                continue
+            yield MeasureResult(b.config, times, compile_seconds=b.compile_seconds,
+                                run_seconds=time.perf_counter() - start)

@@ -1,0 +1,53 @@
+"""A progress bar with trials done, best so far and elapsed time (rich, on stderr).
+
+Example:
+    >>> with TuneProgress(total=3, enabled=False) as p:
+    ...     p.update(best=1e-3)
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+def format_time(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3f} {unit}"
+    return f"{seconds * 1e9:.1f} ns"
+
+
+class TuneProgress:
+    def __init__(self, total: int | None, description: str = "tuning", enabled: bool = True) -> None:
+        self.enabled = enabled and sys.stderr is not None
+        self.description = description
+        self.total = total
+        self._progress: Progress | None = None
+        self._task = None
+        self.failed = 0
+
+    def __enter__(self) -> "TuneProgress":
+        if self.enabled:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("best {task.fields[best]}"), TextColumn("failed {task.fields[failed]}"),
+                TimeElapsedColumn(), console=Console(stderr=True), transient=False,
+            )
+            self._progress.__enter__()
+            self._task = self._progress.add_task(self.description, total=self.total, best="-", failed=0)
+        return self
+
+    def update(self, best: float, failed: bool = False, advance: int = 1) -> None:
+        self.failed += int(failed)
+        if self._progress is not None:
+            self._progress.update(self._task, advance=advance, best=format_time(best), failed=self.failed)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(None, None, None)

@@ -1,0 +1,95 @@
+"""The ask/tell interface every search strategy implements, and a lazy registry.
+
+A strategy proposes configurations (`ask`) and learns from results (`tell`). It never
+proposes a configuration it has already proposed or been told about, so the tuner's
+trial count is the number of unique configurations measured.
+
+Example:
+    >>> from tensortune.space import Space
+    >>> s = create_strategy("random", Space({"a": [1, 2, 3]}), seed=0)
+    >>> len(s.ask(5))
+    3
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..measure import MeasureResult
+from ..space import Config, Space
+
+
+class SearchStrategy(ABC):
+    """Base of all strategies: keeps the history and the set of configurations seen."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, space: Space, seed: int | None = None, budget: int | None = None) -> None:
+        self.space = space
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.budget = budget  # the number of trials the tuner will allow, when known
+        self.history: list[MeasureResult] = []
+        self.seen: set[Config] = set()
+
+    @abstractmethod
+    def ask(self, n: int) -> list[Config]:
+        """Up to `n` new configurations to measure; an empty list means the space is exhausted."""
+
+    def tell(self, results: Sequence[MeasureResult]) -> None:
+        """Learn from measured results (also results recorded earlier, on resume)."""
+        for r in results:
+            self.seen.add(r.config)
+            self.history.append(r)
+
+    def propose(self, config: Config) -> bool:
+        """Mark `config` as proposed; False if it was already seen."""
+        if config in self.seen:
+            return False
+        self.seen.add(config)
+        return True
+
+    @property
+    def best(self) -> MeasureResult | None:
+        ok = [r for r in self.history if r.ok]
+        return min(ok, key=lambda r: r.time) if ok else None
+
+
+# name -> "module:Class", imported on first use
+_REGISTRY: dict[str, str] = {
+    "exhaustive": "tensortune.search.exhaustive:ExhaustiveSearch",
+    "random": "tensortune.search.random_search:RandomSearch",
+    "auto": "tensortune.search.auto:AutoSearch",
+}
+
+
+def register_strategy(name: str, target: "str | type[SearchStrategy]") -> None:
+    """Make a strategy creatable by name; `target` is a class or "module:Class"."""
+    _REGISTRY[name] = target  # type: ignore[assignment]
+
+
+def strategy_names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def strategy_class(name: str) -> "type[SearchStrategy]":
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown strategy {name!r}; known: {', '.join(strategy_names())}")
+    target: Any = _REGISTRY[name]
+    if isinstance(target, str):
+        module, cls = target.split(":")
+        target = getattr(importlib.import_module(module), cls)
+    return target
+
+
+def create_strategy(name: "str | SearchStrategy", space: Space, seed: int | None = None,
+                    budget: int | None = None, **options: Any) -> SearchStrategy:
+    """A strategy by name, with its options as keyword arguments."""
+    if isinstance(name, SearchStrategy):
+        return name
+    return strategy_class(name)(space, seed=seed, budget=budget, **options)

@@ -1,0 +1,96 @@
+"""Constraints over parameter names: Python expression strings or callables.
+
+A constraint knows which names it reads, so the space can check it as soon as those
+names are assigned (pruning enumeration and sampling) and split independent groups.
+
+Example:
+    >>> c = Constraint.make("BLOCK_M * BLOCK_K <= 8192", {"BLOCK_M", "BLOCK_K", "X"})
+    >>> sorted(c.names), c({"BLOCK_M": 64, "BLOCK_K": 64})
+    (['BLOCK_K', 'BLOCK_M'], True)
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .params import SpaceError
+
+_SAFE_BUILTINS: dict[str, Any] = {
+    "min": min, "max": max, "abs": abs, "len": len, "int": int, "float": float,
+    "round": round, "all": all, "any": any, "sum": sum, "divmod": divmod,
+    "log2": math.log2, "ceil": math.ceil, "floor": math.floor, "sqrt": math.sqrt,
+    "True": True, "False": False, "None": None,
+}
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A predicate over some parameter names; `text` is how errors name it."""
+
+    names: frozenset[str]
+    text: str
+    predicate: Callable[[Mapping[str, Any]], bool]
+
+    def __call__(self, values: Mapping[str, Any]) -> bool:
+        try:
+            return bool(self.predicate(values))
+        except ZeroDivisionError:
+            return False
+        except Exception as exc:  # a broken constraint is the user's bug: say which
+            raise SpaceError(f"constraint {self.text!r} raised {type(exc).__name__}: {exc}") from exc
+
+    @staticmethod
+    def make(spec: "str | Callable[..., bool] | Constraint", known: set[str]) -> "Constraint":
+        if isinstance(spec, Constraint):
+            unknown = spec.names - known
+            if unknown:
+                raise SpaceError(f"constraint {spec.text!r} names unknown parameter(s) {sorted(unknown)}")
+            return spec
+        if isinstance(spec, str):
+            return _from_expression(spec, known)
+        if callable(spec):
+            return _from_callable(spec, known)
+        raise SpaceError(f"a constraint must be an expression string or a callable, got {spec!r}")
+
+
+def _from_expression(text: str, known: set[str]) -> Constraint:
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise SpaceError(f"constraint {text!r} is not a valid Python expression: {exc.msg}") from exc
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(_SAFE_BUILTINS)
+    unknown = names - known
+    if unknown:
+        raise SpaceError(
+            f"constraint {text!r} names unknown parameter(s) {sorted(unknown)}; "
+            f"known: {sorted(known)}"
+        )
+    code = compile(tree, f"<constraint {text}>", "eval")
+    env = {"__builtins__": _SAFE_BUILTINS}
+
+    def predicate(values: Mapping[str, Any]) -> bool:
+        return eval(code, env, {n: values[n] for n in names})  # noqa: S307 - user's own expression
+
+    return Constraint(frozenset(names), text, predicate)
+
+
+def _from_callable(fn: Callable[..., bool], known: set[str]) -> Constraint:
+    """`lambda BLOCK_M, BLOCK_K: ...` reads those names; `lambda cfg: ...` reads all."""
+    text = getattr(fn, "__name__", repr(fn))
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    if named and all(n in known for n in named):
+        names = frozenset(named)
+        return Constraint(names, text, lambda values: fn(**{n: values[n] for n in names}))
+    if len(params) == 1:
+        return Constraint(frozenset(known), text, lambda values: fn(dict(values)))
+    unknown = sorted(set(named) - known)
+    raise SpaceError(f"constraint {text!r} names unknown parameter(s) {unknown}")

@@ -1,0 +1,185 @@
+"""The tuning loop: ask the strategy, build in parallel, run, record at once, tell.
+
+Every frontend (plain callables, Triton kernels, tensor expressions) describes what is
+tuned with a space, a builder and a runner, and hands them to a `Tuner`.
+
+Example:
+    >>> from tensortune.space import Space
+    >>> from tensortune.measure import CallableRunner, Timer
+    >>> from tensortune.db import Database, Workload, Target
+    >>> space = Space({"n": [100, 1000, 10000]})
+    >>> runner = CallableRunner(lambda n: sum(range(n)), Timer(min_repeats=2, budget_seconds=0))
+    >>> result = Tuner(space, runner, workload=Workload.make("sum"), target=Target.make("cpu", "x"),
+    ...                db=Database(":memory:"), progress=False).run()
+    >>> result.best_config["n"], result.trials
+    (100, 3)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .db import Database, Target, Workload
+from .measure import Builder, MeasureResult, NullBuilder, Runner
+from .progress import TuneProgress
+from .search import SearchStrategy, create_strategy
+from .space import Config, Space
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Stop after `trials` unique configurations measured in this run, or after `seconds`."""
+
+    trials: int | None = None
+    seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.trials is None and self.seconds is None:
+            raise ValueError("a budget needs trials, seconds, or both")
+        if self.trials is not None and self.trials < 1:
+            raise ValueError(f"budget trials must be at least 1, got {self.trials}")
+        if self.seconds is not None and self.seconds <= 0:
+            raise ValueError(f"budget seconds must be positive, got {self.seconds}")
+
+    @staticmethod
+    def of(value: "Budget | int | float | dict[str, Any] | None", default_trials: int = 100) -> "Budget":
+        if value is None:
+            return Budget(trials=default_trials)
+        if isinstance(value, Budget):
+            return value
+        if isinstance(value, dict):
+            return Budget(**value)
+        if isinstance(value, int):
+            return Budget(trials=value)
+        return Budget(seconds=float(value))
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The outcome of a tuning run; `history` holds earlier records of the workload too."""
+
+    best: MeasureResult | None
+    history: tuple[MeasureResult, ...]
+    trials: int
+    seconds: float
+    session: str = ""
+    reused: int = 0
+    from_db: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best_config(self) -> Config | None:
+        return self.best.config if self.best else None
+
+    @property
+    def best_time(self) -> float:
+        return self.best.time if self.best else math.inf
+
+    @property
+    def failures(self) -> int:
+        return sum(1 for r in self.history if not r.ok)
+
+
+def best_of(results: Sequence[MeasureResult]) -> MeasureResult | None:
+    ok = [r for r in results if r.ok]
+    return min(ok, key=lambda r: r.time) if ok else None
+
+
+class Tuner:
+    """Drives one workload's search on one target; results go to the database at once."""
+
+    def __init__(
+        self,
+        space: Space,
+        runner: Runner,
+        *,
+        workload: Workload,
+        target: Target,
+        db: Database | None = None,
+        builder: Builder | None = None,
+        strategy: str | SearchStrategy = "auto",
+        strategy_options: dict[str, Any] | None = None,
+        budget: Budget | int | float | None = None,
+        seed: int | None = None,
+        batch_size: int | None = None,
+        progress: bool = True,
+        description: str | None = None,
+        callbacks: Sequence[Callable[[MeasureResult], None]] = (),
+    ) -> None:
+        self.space = space
+        self.runner = runner
+        self.builder = builder or NullBuilder()
+        self.workload = workload
+        self.target = target
+        self.db = db
+        self.budget = Budget.of(budget)
+        self.batch_size = batch_size or max(1, getattr(self.builder, "jobs", 1))
+        self.strategy = create_strategy(strategy, space, seed=seed, budget=self.budget.trials,
+                                        **(strategy_options or {}))
+        self.progress = progress
+        self.description = description or workload.name
+        self.callbacks = list(callbacks)
+
+    def run(self) -> TuneResult:
+        start = time.perf_counter()
+        prior = self._prior_results()
+        if prior:
+            self.strategy.tell(prior)
+        session = (self.db.start_session(self.workload, self.target, self.strategy.name or "custom",
+                                         {"trials": self.budget.trials, "seconds": self.budget.seconds})
+                   if self.db else "")
+        new: list[MeasureResult] = []
+        best = best_of(prior)
+        status = "interrupted"
+        try:
+            with TuneProgress(self.budget.trials, self.description, self.progress) as bar:
+                if best:
+                    bar.update(best.time, advance=0)
+                while not self._exhausted(new, start):
+                    n = self.batch_size
+                    if self.budget.trials is not None:
+                        n = min(n, self.budget.trials - len(new))
+                    configs = self.strategy.ask(n)
+                    if not configs:
+                        break
+                    told = []
+                    for result in self.runner.run(self.builder.build(configs)):
+                        self._record(result, session)
+                        new.append(result)
+                        told.append(result)
+                        if result.ok and (best is None or result.time < best.time):
+                            best = result
+                        bar.update(best.time if best else math.inf, failed=not result.ok)
+                        for cb in self.callbacks:
+                            cb(result)
+                        if self._out_of_time(start):
+                            break
+                    self.strategy.tell(told)
+            status = "finished"
+        finally:
+            if self.db and session:
+                self.db.finish_session(session, status)
+        return TuneResult(best, tuple(prior) + tuple(new), len(new), time.perf_counter() - start,
+                          session, reused=len(prior))
+
+    def _prior_results(self) -> list[MeasureResult]:
+        if self.db is None:
+            return []
+        records = self.db.measured_configs(self.workload, self.target).values()
+        return [r.to_result() for r in records if r.config in self.space]
+
+    def _record(self, result: MeasureResult, session: str) -> None:
+        if self.db is not None:
+            self.db.add(self.workload, self.target, result, strategy=self.strategy.name, session=session)
+
+    def _out_of_time(self, start: float) -> bool:
+        return self.budget.seconds is not None and time.perf_counter() - start >= self.budget.seconds
+
+    def _exhausted(self, new: list[MeasureResult], start: float) -> bool:
+        if self.budget.trials is not None and len(new) >= self.budget.trials:
+            return True
+        return self._out_of_time(start)
