@@ -1,0 +1,152 @@
+"""Tuning C kernels: a problem (source, arguments, reference), a parallel builder and
+an isolated runner that checks every candidate on fresh random inputs before timing it.
+
+Example:
+    >>> import numpy as np
+    >>> src = "void scale(float* x, int n) { for (int i = 0; i < n; i++) x[i] *= FACTOR; }"
+    >>> p = CProblem(src, "scale", (ArrayArg("x", (8,), "float32", "inout"), ScalarArg("n", 8)),
+    ...              reference=None)
+    >>> p.argtypes
+    ['float32*', 'int']
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..measure import (BuildResult, CandidateError, IsolatedWorker, MeasureResult, ProcessPoolBuilder,
+                       Timer, check_close, failed_build, worker_state)
+from ..space import Config
+from .c_compiler import CCompiler, load_function
+
+
+@dataclass(frozen=True)
+class ArrayArg:
+    """An array argument described by shape and dtype; role is "in", "out" or "inout"."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    role: str = "in"
+
+    def random(self, rng: np.random.Generator) -> np.ndarray:
+        dt = np.dtype(self.dtype)
+        if dt.kind == "f":
+            return rng.standard_normal(self.shape).astype(dt)
+        return rng.integers(-8, 8, self.shape).astype(dt)
+
+
+@dataclass(frozen=True)
+class ScalarArg:
+    name: str
+    value: int | float
+    ctype: str = "int"
+
+
+@dataclass(frozen=True)
+class CProblem:
+    """A C function, the arguments it is called with and how to check it.
+
+    `reference(**inputs)` (a picklable, module-level function) returns a dict of the
+    expected values of the "out"/"inout" arrays given every array argument's input.
+    Config values become `-D` defines of the source.
+    """
+
+    source: str
+    function: str
+    args: tuple[ArrayArg | ScalarArg, ...]
+    reference: Callable[..., Mapping[str, np.ndarray]] | None
+    rtol: float | None = None
+    atol: float | None = None
+    flags: tuple[str, ...] = ()
+
+    @property
+    def argtypes(self) -> list[str]:
+        return [f"{a.dtype}*" if isinstance(a, ArrayArg) else a.ctype for a in self.args]
+
+    def inputs(self, seed: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(seed)
+        return {a.name: a.random(rng) for a in self.args if isinstance(a, ArrayArg)}
+
+    def call(self, fn: Any, arrays: Mapping[str, np.ndarray]) -> None:
+        fn(*[arrays[a.name].ctypes.data if isinstance(a, ArrayArg) else a.value for a in self.args])
+
+
+def _compile(compiler: CCompiler, problem: CProblem, config: Config) -> str:
+    return str(compiler.compile(problem.source, dict(config), problem.flags))
+
+
+class CBuilder(ProcessPoolBuilder):
+    """Compiles each configuration's -D variant of the source, in parallel."""
+
+    def __init__(self, problem: CProblem, compiler: CCompiler | None = None, jobs: int | None = None,
+                 timeout: float = 120.0) -> None:
+        compiler = compiler or CCompiler(timeout=timeout)
+        super().__init__(functools.partial(_compile, compiler, problem), jobs=jobs, timeout=timeout)
+
+
+def run_c_candidate(library: str, problem: CProblem, timer: Timer, check_seed: int) -> tuple[float, ...]:
+    """Inside the worker: check on fresh random inputs, then time. Returns seconds per run."""
+    fn = load_function(library, problem.function, problem.argtypes)
+    if problem.reference is not None:
+        arrays = problem.inputs(check_seed)
+        expected = problem.reference(**{k: v.copy() for k, v in arrays.items()})
+        for a in problem.args:
+            if isinstance(a, ArrayArg) and a.role == "out":
+                arrays[a.name].fill(np.nan)  # poison: every element must be written
+        problem.call(fn, arrays)
+        for name, want in expected.items():
+            check_close(arrays[name], want, problem.rtol, problem.atol)
+    state = worker_state()
+    key = ("c-inputs", hash(problem.source), problem.function, hash(problem.args))
+    if key not in state:
+        state.clear()
+        state[key] = problem.inputs(0)
+    arrays = state[key]
+    pristine = {a.name: arrays[a.name].copy() for a in problem.args
+                if isinstance(a, ArrayArg) and a.role == "inout"}
+    if not pristine:
+        return timer.time(lambda: problem.call(fn, arrays))
+
+    def restored_call() -> None:
+        for name, value in pristine.items():
+            np.copyto(arrays[name], value)
+        problem.call(fn, arrays)
+
+    return timer.time(restored_call)
+
+
+class CRunner:
+    """Runs candidates in an isolated worker: a crash or a hang fails only that candidate."""
+
+    def __init__(self, problem: CProblem, timer: Timer | None = None, timeout: float = 60.0,
+                 seed: int = 0) -> None:
+        self.problem = problem
+        self.timer = timer or Timer()
+        self.worker = IsolatedWorker(timeout=timeout)
+        self._checks = seed
+
+    def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
+        for b in builds:
+            if not b.ok:
+                yield failed_build(b)
+                continue
+            self._checks += 1
+            start = time.perf_counter()
+            try:
+                times = self.worker.call(run_c_candidate, b.artifact, self.problem, self.timer, 1000 + self._checks)
+            except CandidateError as exc:
+                yield MeasureResult.failed(b.config, exc.kind, str(exc), compile_seconds=b.compile_seconds,
+                                           run_seconds=time.perf_counter() - start)
+                continue
+            yield MeasureResult(b.config, tuple(times), compile_seconds=b.compile_seconds,
+                                run_seconds=time.perf_counter() - start)
+
+    def close(self) -> None:
+        self.worker.close()

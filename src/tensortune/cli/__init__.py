@@ -1,0 +1,1 @@
+"""The `tensortune` command line."""

@@ -1,0 +1,43 @@
+"""Options and helpers shared by the subcommands.
+
+Example:
+    >>> resolve_db_path(None, {"TENSORTUNE_DB": "/tmp/a.db"}).name
+    'a.db'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..db import Database, DatabaseError
+from ..settings import Settings
+
+
+def resolve_db_path(option: str | None, env: Mapping[str, str] | None = None) -> Path:
+    return Path(option).expanduser() if option else Settings.from_env(env).db_path
+
+
+def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`--db PATH` on a subcommand; falls back to the group's --db, then TENSORTUNE_DB."""
+    return click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
+                        help="Records database (default: $TENSORTUNE_DB or ~/.cache/tensortune/tuning.db).")(fn)
+
+
+def open_database(ctx: click.Context, db_path: str | None) -> Database:
+    chosen = db_path or (ctx.obj or {}).get("db_path")
+    try:
+        return Database(resolve_db_path(chosen, os.environ))
+    except DatabaseError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")

@@ -1,0 +1,119 @@
+"""`tensortune db ...`: look into, export and import the records database."""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..db import Database, DatabaseError, Workload, export_jsonl, import_jsonl
+from ..progress import format_time
+from .common import db_option, open_database, print_json
+
+console = Console()
+
+
+@click.group("db")
+def db_group() -> None:
+    """Look into, export and import the tuning records."""
+
+
+def _one_workload(db: Database, text: str) -> Workload:
+    found = db.find_workloads(text)
+    if not found:
+        raise click.ClickException(f"no workload matches {text!r}; see `tensortune db list`")
+    if len(found) > 1:
+        names = "\n  ".join(w.id_text for w in found)
+        raise click.ClickException(f"{text!r} matches {len(found)} workloads:\n  {names}")
+    return found[0]
+
+
+@db_group.command("list")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def db_list(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
+    """Every workload with its number of records and best time."""
+    db = open_database(ctx, db_path)
+    rows = db.workloads()
+    if as_json:
+        print_json([{"index": i, "workload": w.id_text, "records": n, "best_seconds": b}
+                    for i, (w, n, b) in enumerate(rows, 1)])
+        return
+    table = Table(title=f"workloads in {db.path}")
+    for col in ("#", "workload", "records", "best"):
+        table.add_column(col)
+    for i, (w, n, best) in enumerate(rows, 1):
+        table.add_row(str(i), w.id_text, str(n), format_time(best) if best is not None else "-")
+    console.print(table)
+
+
+@db_group.command("show")
+@click.argument("workload")
+@db_option
+@click.option("--limit", default=50, show_default=True, help="Rows to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def db_show(ctx: click.Context, workload: str, db_path: str | None, limit: int, as_json: bool) -> None:
+    """Records of WORKLOAD (its index in `db list`, or a prefix of its name)."""
+    db = open_database(ctx, db_path)
+    w = _one_workload(db, workload)
+    records = db.records(w)
+    if as_json:
+        print_json([r.to_json() for r in records[:limit]])
+        return
+    table = Table(title=f"{w.id_text}: {len(records)} records")
+    for col in ("config", "time", "spread", "error", "device", "strategy"):
+        table.add_column(col)
+    for r in records[:limit]:
+        res = r.to_result()
+        table.add_row(r.config.to_json(), format_time(res.time), f"{res.spread:.1%}" if r.ok else "",
+                      f"{r.error.value}: {r.message[:60]}" if r.error else "", r.target.device, r.strategy)
+    console.print(table)
+
+
+@db_group.command("best")
+@click.argument("workload")
+@db_option
+@click.option("-k", "top", default=1, show_default=True, help="How many of the fastest to show.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def db_best(ctx: click.Context, workload: str, db_path: str | None, top: int, as_json: bool) -> None:
+    """The fastest configuration(s) of WORKLOAD."""
+    db = open_database(ctx, db_path)
+    w = _one_workload(db, workload)
+    best = db.top_k(w, None, top)
+    if not best:
+        raise click.ClickException(f"{w.id_text} has no successful measurement")
+    if as_json:
+        print_json([{"config": r.config.as_dict(), "seconds": r.time, "device": r.target.device}
+                    for r in best])
+        return
+    for r in best:
+        click.echo(f"{format_time(r.time):>12}  {r.config.to_json()}  [{r.target.device}]")
+
+
+@db_group.command("export")
+@click.argument("file", type=click.Path(dir_okay=False))
+@db_option
+@click.option("--workload", default=None, help="Only workloads whose id starts with this.")
+@click.pass_context
+def db_export(ctx: click.Context, file: str, db_path: str | None, workload: str | None) -> None:
+    """Write records to FILE as JSON lines (to ship tuned results with a package)."""
+    db = open_database(ctx, db_path)
+    n = export_jsonl(db, file, workload)
+    click.echo(f"exported {n} records to {file}")
+
+
+@db_group.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@db_option
+@click.pass_context
+def db_import(ctx: click.Context, file: str, db_path: str | None) -> None:
+    """Add the records of a JSON-lines FILE (records already present are skipped)."""
+    db = open_database(ctx, db_path)
+    try:
+        n = import_jsonl(db, file)
+    except DatabaseError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(f"imported {n} new records from {file} into {db.path}")

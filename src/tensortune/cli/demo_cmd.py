@@ -1,0 +1,53 @@
+"""`tensortune demo`: the main job."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..tuner import Budget
+from .common import db_option, open_database, print_json
+
+
+@click.command("demo")
+@db_option
+@click.option("--size", default=512, show_default=True, help="M = N = K of the float32 matmul.")
+@click.option("--seconds", default=60.0, show_default=True, help="Tuning budget in seconds.")
+@click.option("--trials", default=None, type=int, help="Also stop after this many measurements.")
+@click.option("--strategy", default="auto", show_default=True, help="Search strategy.")
+@click.option("--seed", default=None, type=int, help="Seed for a reproducible search.")
+@click.option("--retune", is_flag=True, help="Measure again even if the database has a result.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@click.pass_context
+def demo(ctx: click.Context, db_path: str | None, size: int, seconds: float, trials: int | None,
+         strategy: str, seed: int | None, retune: bool, as_json: bool) -> None:
+    """Tune a C matrix multiplication on this CPU and compare it with numpy."""
+    from ..demo.matmul import run_demo
+
+    db = open_database(ctx, db_path)
+    report = run_demo(db, size, size, size, Budget(trials=trials, seconds=seconds), strategy=strategy,
+                      seed=seed, retune=retune, progress=not as_json)
+    if as_json:
+        print_json({**dataclasses.asdict(report), "speedup": report.speedup})
+        return
+    console = Console()
+    if report.from_db:
+        console.print(f"[bold green]Answered from the database[/] ({report.db}); nothing was measured. "
+                      "Use --retune to measure again.")
+    table = Table(title=f"float32 matmul {size}x{size}x{size} on this CPU")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    table.add_row("best configuration", " ".join(f"{k}={v}" for k, v in report.best_config.items()))
+    table.add_row("tuned GFLOP/s", f"{report.best_gflops:.1f}")
+    table.add_row("untuned default GFLOP/s", f"{report.baseline_gflops:.1f}")
+    table.add_row("speed-up over default", f"{report.speedup:.2f}x")
+    table.add_row("numpy matmul GFLOP/s (same run)" if not report.from_db else "numpy matmul GFLOP/s (recorded)",
+                  f"{report.numpy_gflops:.1f}")
+    table.add_row("tuned / numpy", f"{report.best_gflops / report.numpy_gflops:.2f}" if report.numpy_gflops else "-")
+    table.add_row("trials (failed)", f"{report.trials} ({report.failures})")
+    table.add_row("wall time", f"{report.seconds:.1f} s")
+    table.add_row("records", report.db)
+    console.print(table)

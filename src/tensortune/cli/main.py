@@ -1,0 +1,32 @@
+"""The `tensortune` command: a click group; each subcommand lives in its own module."""
+
+from __future__ import annotations
+
+import click
+
+from .db_cmd import db_group
+from .demo_cmd import demo
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
+              help="Records database (default: $TENSORTUNE_DB or ~/.cache/tensortune/tuning.db).")
+@click.version_option(package_name="tensortune")
+@click.pass_context
+def cli(ctx: click.Context, db_path: str | None) -> None:
+    """tensortune: make tensor kernels fast by searching for how to run them."""
+    ctx.ensure_object(dict)
+    ctx.obj["db_path"] = db_path
+
+
+cli.add_command(demo)
+cli.add_command(db_group)
+# Subcommand groups of later capabilities register here, one line each.
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

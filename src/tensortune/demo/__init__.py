@@ -1,0 +1,1 @@
+"""The main job: tune a C matrix multiplication on this CPU against numpy."""

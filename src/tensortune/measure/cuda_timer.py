@@ -1,0 +1,232 @@
+"""Timing GPU work with CUDA events: warm-up and repeats by time, cold L2, graph replays.
+
+`CudaTimer.time(fn)` works for any callable that launches work on the current CUDA
+stream (a Triton kernel, PyTorch operations, CuPy on the legacy default stream). It
+
+1. runs `fn` once (compilation, module loading, autotuning caches stay out of the numbers),
+2. estimates one run from `estimate_repeats` timed runs,
+3. warms up for `warmup_seconds`, then times as many runs as fit in `budget_seconds`
+   (at least `min_repeats`, at most `max_repeats`),
+4. with `flush_l2`, rewrites a buffer twice the size of the device's L2 cache before
+   every run, outside the timed window, so every run starts with a cold cache, and
+5. returns every run's time in seconds (`MeasureResult` takes the median and spread).
+
+`setup` (if given) runs before every run, outside the timed window, before the flush:
+the GPU runner restores arguments the kernel writes there. With `cuda_graph=True`, a
+batch of calls is captured once in a CUDA graph and each replay is timed (divided by
+the batch), which removes the launch overhead that dominates kernels of a few
+microseconds; the L2 is not flushed inside a replay. With `clock="host"` the same
+procedure runs on the host clock (`time.perf_counter` around a synchronised run), for
+CPU tensors and tests. torch is imported only when a timer first runs.
+
+Example (on a machine with a CUDA GPU):
+    >>> import torch
+    >>> a = torch.randn(4096, 4096, device="cuda")
+    >>> times = CudaTimer(budget_seconds=0.05).time(lambda: a @ a)
+    >>> len(times) >= 5
+    True
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+_FALLBACK_L2_BYTES = 128 * 1024 * 1024
+_FLUSH_BUFFERS: dict[Any, Any] = {}  # device index -> torch buffer, made on first use
+
+
+@dataclass(frozen=True)
+class CudaTimer:
+    """Times a callable's GPU work; picklable, so runners send it to worker processes."""
+
+    budget_seconds: float = 0.1
+    warmup_seconds: float = 0.025
+    min_repeats: int = 5
+    max_repeats: int = 10_000
+    estimate_repeats: int = 5
+    flush_l2: bool = True
+    cuda_graph: bool = False
+    graph_batch: int | None = None  # calls per captured graph; None: about 1 ms of work
+    clock: str = "cuda"  # "cuda" (events) or "host" (perf_counter around synchronised runs)
+
+    def __post_init__(self) -> None:
+        if self.clock not in ("cuda", "host"):
+            raise ValueError(f"clock must be 'cuda' or 'host', got {self.clock!r}")
+        if self.min_repeats < 1 or self.max_repeats < self.min_repeats:
+            raise ValueError(f"need 1 <= min_repeats <= max_repeats, got {self.min_repeats}, {self.max_repeats}")
+        if self.budget_seconds < 0 or self.warmup_seconds < 0:
+            raise ValueError("budget_seconds and warmup_seconds must not be negative")
+
+    def time(self, fn: Callable[[], object], *, setup: Callable[[], object] | None = None,
+             cutoff: float | None = None) -> tuple[float, ...]:
+        """Seconds per run of `fn`, one value per timed run.
+
+        `cutoff`: if the estimate of one run exceeds it (seconds), stop there and return
+        the estimate's runs: a candidate far slower than the best so far needs no more.
+        """
+        clock = _make_clock(self.clock, self.flush_l2 and not self.cuda_graph)
+        return self._time_with(clock, fn, setup, cutoff)
+
+    def _time_with(self, clock: "_Clock", fn: Callable[[], object], setup: Callable[[], object] | None,
+                   cutoff: float | None) -> tuple[float, ...]:
+        prepare = setup or _nothing
+        prepare()
+        fn()
+        clock.synchronize()
+        estimate_runs = _timed_runs(clock, fn, prepare, max(1, self.estimate_repeats))
+        estimate = max(statistics.median(estimate_runs), 1e-9)
+        if cutoff is not None and estimate > cutoff:
+            return tuple(estimate_runs)
+        if self.cuda_graph:
+            return self._time_graph(clock, fn, prepare, estimate)
+        warmup = min(self.max_repeats, int(self.warmup_seconds / estimate))
+        if warmup > 0:
+            _timed_runs(clock, fn, prepare, warmup)
+        repeats = int(min(self.max_repeats, max(self.min_repeats, self.budget_seconds / estimate)))
+        return tuple(_timed_runs(clock, fn, prepare, repeats))
+
+    def _time_graph(self, clock: "_Clock", fn: Callable[[], object], prepare: Callable[[], object],
+                    estimate: float) -> tuple[float, ...]:
+        batch = self.graph_batch or max(1, min(1000, int(1e-3 / estimate)))
+        replay = clock.capture(fn, batch)
+        replay_estimate = max(statistics.median(_timed_runs(clock, replay, prepare, 3)), 1e-9)
+        warmup = int(self.warmup_seconds / replay_estimate)
+        if warmup > 0:
+            _timed_runs(clock, replay, prepare, min(warmup, self.max_repeats))
+        repeats = int(min(self.max_repeats, max(self.min_repeats, self.budget_seconds / replay_estimate)))
+        return tuple(t / batch for t in _timed_runs(clock, replay, prepare, repeats))
+
+
+def _nothing() -> None:
+    return None
+
+
+def _timed_runs(clock: "_Clock", fn: Callable[[], object], prepare: Callable[[], object],
+                n: int) -> list[float]:
+    marks = []
+    for _ in range(n):
+        prepare()
+        clock.flush()
+        start = clock.mark()
+        fn()
+        marks.append((start, clock.mark()))
+    clock.synchronize()
+    return [clock.seconds(a, b) for a, b in marks]
+
+
+class _Clock:
+    """Where times come from; one per `time()` call."""
+
+    def synchronize(self) -> None:
+        raise NotImplementedError
+
+    def mark(self) -> Any:
+        raise NotImplementedError
+
+    def seconds(self, start: Any, end: Any) -> float:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        raise NotImplementedError
+
+    def capture(self, fn: Callable[[], object], batch: int) -> Callable[[], object]:
+        raise NotImplementedError
+
+
+class _CudaEventClock(_Clock):
+    def __init__(self, flush: bool) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("CudaTimer(clock='cuda') needs a CUDA GPU; use clock='host' on the CPU")
+        self.torch = torch
+        self.device = torch.cuda.current_device()
+        self.buffer = l2_flush_buffer(self.device) if flush else None
+
+    def synchronize(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+    def mark(self) -> Any:
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start: Any, end: Any) -> float:
+        return start.elapsed_time(end) / 1e3
+
+    def flush(self) -> None:
+        if self.buffer is not None:
+            self.buffer.zero_()
+
+    def capture(self, fn: Callable[[], object], batch: int) -> Callable[[], object]:
+        torch = self.torch
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # let lazy initialisation happen outside the capture
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(batch):
+                fn()
+        self.synchronize()
+        return graph.replay
+
+
+class _HostClock(_Clock):
+    """perf_counter around runs; synchronises CUDA when torch has initialised it."""
+
+    def __init__(self) -> None:
+        import sys
+
+        torch = sys.modules.get("torch")
+        self._sync = (torch.cuda.synchronize
+                      if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
+                      else _nothing)
+
+    def synchronize(self) -> None:
+        self._sync()
+
+    def mark(self) -> Any:
+        self._sync()
+        return time.perf_counter()
+
+    def seconds(self, start: Any, end: Any) -> float:
+        return end - start
+
+    def flush(self) -> None:
+        return None
+
+    def capture(self, fn: Callable[[], object], batch: int) -> Callable[[], object]:
+        def replay() -> None:
+            for _ in range(batch):
+                fn()
+        return replay
+
+
+def _make_clock(kind: str, flush: bool) -> _Clock:
+    return _CudaEventClock(flush) if kind == "cuda" else _HostClock()
+
+
+def l2_cache_bytes(device: int | None = None) -> int:
+    """The L2 cache size of a CUDA device in bytes (128 MiB if torch does not say)."""
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device() if device is None else device)
+    return int(getattr(props, "L2_cache_size", 0) or _FALLBACK_L2_BYTES)
+
+
+def l2_flush_buffer(device: int) -> Any:
+    """A device buffer of at least twice the L2 size (made once per device and process)."""
+    import torch
+
+    buffer = _FLUSH_BUFFERS.get(device)
+    if buffer is None:
+        nbytes = max(2 * l2_cache_bytes(device), 64 * 1024 * 1024)
+        buffer = torch.empty(nbytes // 4, dtype=torch.int32, device=f"cuda:{device}")
+        _FLUSH_BUFFERS[device] = buffer
+    return buffer
