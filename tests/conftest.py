@@ -1,0 +1,20 @@
+import os
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    """Every test gets its own database and caches; nothing touches ~/.cache."""
+    monkeypatch.setenv("TENSORTUNE_DB", str(tmp_path / "tuning.db"))
+    monkeypatch.setenv("TENSORTUNE_PROGRESS", "0")
+    yield
+
+
+@pytest.fixture(scope="session")
+def shared_datasets():
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.normpath(os.path.join(here, "..", "..", "shared", "datasets"))
+    if not os.path.isdir(path):
+        pytest.skip("../shared/datasets is not present")
+    return path

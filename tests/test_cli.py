@@ -1,0 +1,82 @@
+import json
+
+from click.testing import CliRunner
+
+from tensortune.cli.main import cli
+from tensortune.db import Database, Target, Workload
+from tensortune.measure import MeasureResult
+from tensortune.space import Config
+
+
+def seeded_db(path):
+    db = Database(path)
+    w = Workload.make("my.kernel", "src", {"M": 128})
+    t = Target.make("cpu", "test")
+    for i in range(4):
+        db.add(w, t, MeasureResult(Config(BLOCK=16 * (i + 1)), (1e-3 * (4 - i),)))
+    return w
+
+
+def test_help_everywhere():
+    runner = CliRunner()
+    for args in ([], ["demo"], ["db"], ["db", "list"], ["db", "show"], ["db", "best"], ["db", "export"],
+                 ["db", "import"]):
+        out = runner.invoke(cli, args + ["--help"])
+        assert out.exit_code == 0, out.output
+        assert "Usage" in out.output
+
+
+def test_db_commands_round_trip(tmp_path):
+    path = tmp_path / "a.db"
+    seeded_db(path)
+    runner = CliRunner()
+    out = runner.invoke(cli, ["--db", str(path), "db", "list", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    assert rows[0]["records"] == 4 and rows[0]["workload"].startswith("my.kernel@")
+    out = runner.invoke(cli, ["db", "best", "my.kernel", "--db", str(path), "--json"])
+    assert json.loads(out.output)[0]["config"] == {"BLOCK": 64}
+    out = runner.invoke(cli, ["db", "show", "1", "--db", str(path)])
+    assert out.exit_code == 0 and "BLOCK" in out.output
+    export = tmp_path / "r.jsonl"
+    assert runner.invoke(cli, ["db", "export", str(export), "--db", str(path)]).exit_code == 0
+    other = tmp_path / "b.db"
+    out = runner.invoke(cli, ["db", "import", str(export), "--db", str(other)])
+    assert "imported 4 new records" in out.output
+    out = runner.invoke(cli, ["db", "best", "nothing-like-this", "--db", str(path)])
+    assert out.exit_code != 0 and "no workload matches" in out.output
+
+
+def test_env_var_selects_the_database(tmp_path, monkeypatch):
+    path = tmp_path / "env.db"
+    seeded_db(path)
+    monkeypatch.setenv("TENSORTUNE_DB", str(path))
+    out = CliRunner().invoke(cli, ["db", "list", "--json"])
+    assert len(json.loads(out.output)) == 1
+
+
+def test_corrupt_database_is_a_clean_cli_error(tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"\x00garbage" * 1000)
+    out = CliRunner().invoke(cli, ["db", "list", "--db", str(bad)])
+    assert out.exit_code != 0
+    assert "bad.db" in out.output and "Traceback" not in out.output
+
+
+def test_demo_tunes_then_answers_from_the_database(tmp_path):
+    path = tmp_path / "demo.db"
+    runner = CliRunner()
+    args = ["demo", "--size", "96", "--trials", "6", "--seconds", "60", "--seed", "0", "--json", "--db", str(path)]
+    first = runner.invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    report = json.loads(first.output)
+    assert set(report) >= {"best_config", "best_gflops", "baseline_gflops", "numpy_gflops", "trials",
+                           "seconds", "from_db"}
+    assert report["from_db"] is False and report["trials"] >= 6
+    assert report["best_gflops"] > 0 and report["numpy_gflops"] > 0 and report["baseline_gflops"] > 0
+    assert report["best_gflops"] >= report["baseline_gflops"] * 0.999  # the default is a candidate too
+    second = json.loads(runner.invoke(cli, args).output)
+    assert second["from_db"] is True
+    assert second["best_config"] == report["best_config"]
+    table = runner.invoke(cli, ["demo", "--size", "96", "--db", str(path)])
+    assert "Answered from the database" in table.output

@@ -1,0 +1,163 @@
+import json
+import multiprocessing as mp
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tensortune.db import Database, DatabaseError, Target, Workload, export_jsonl, import_jsonl
+from tensortune.measure import ErrorKind, MeasureResult
+from tensortune.space import Config
+
+W = Workload.make("kernel", "source v1", {"M": 64, "dtype": "float32"})
+T = Target.make("cpu", "test-cpu", "x86_64", {"cc": "gcc 12"})
+
+
+def test_add_best_top_k_and_failures(tmp_path):
+    db = Database(tmp_path / "t.db")
+    db.add(W, T, MeasureResult(Config(a=1), (3e-3, 3.1e-3)))
+    db.add(W, T, MeasureResult(Config(a=2), (1e-3,)), strategy="random", session="s1")
+    db.add(W, T, MeasureResult.failed(Config(a=3), ErrorKind.COMPILE_ERROR, "boom"))
+    db.add(W, T, MeasureResult(Config(a=2), (1.1e-3,)))
+    assert db.best(W, T).config == Config(a=2)
+    assert [r.config["a"] for r in db.top_k(W, T, 5)] == [2, 1]
+    failed = [r for r in db.records(W, T) if not r.ok]
+    assert failed[0].error is ErrorKind.COMPILE_ERROR and failed[0].message == "boom"
+    other_target = Target.make("cpu", "other")
+    assert db.best(W, other_target) is None
+    assert db.best(W) is not None  # any target
+    assert db.schema_version == 1
+
+
+def test_records_survive_reopen_and_export_import(tmp_path):
+    path = tmp_path / "t.db"
+    with Database(path) as db:
+        for i in range(5):
+            db.add(W, T, MeasureResult(Config(a=i), (1e-3 * (i + 1),)))
+    db = Database(path)
+    assert len(db.records(W, T)) == 5
+    out = tmp_path / "records.jsonl"
+    assert export_jsonl(db, out) == 5
+    first = json.loads(out.read_text().splitlines()[0])
+    assert first["workload"]["key"] == {"M": 64, "dtype": "float32"}
+    fresh = Database(tmp_path / "fresh.db")
+    assert import_jsonl(fresh, out) == 5
+    assert import_jsonl(fresh, out) == 0  # idempotent
+    assert fresh.best(W, T).config == Config(a=0)
+
+
+def test_corrupt_file_is_a_clear_error_and_untouched(tmp_path):
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"this is not sqlite at all" * 100)
+    before = path.read_bytes()
+    with pytest.raises(DatabaseError, match="garbage.db"):
+        Database(path)
+    assert path.read_bytes() == before
+
+
+def test_foreign_sqlite_file_is_refused(tmp_path):
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE users (id INTEGER)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(DatabaseError, match="not a tensortune database"):
+        Database(path)
+
+
+def test_unusable_path_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(DatabaseError, match="cannot create the folder"):
+        Database(blocker / "sub" / "t.db")
+    with pytest.raises(DatabaseError, match="is a directory"):
+        Database(tmp_path)
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "t.db"
+    Database(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    conn.commit()
+    conn.close()
+    with pytest.raises(DatabaseError, match="newer"):
+        Database(path)
+
+
+def test_bad_import_file_names_the_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"nope": 1}\n')
+    with pytest.raises(DatabaseError, match="bad.jsonl:1"):
+        import_jsonl(Database(tmp_path / "t.db"), bad)
+
+
+def _writer(path: str, proc: int, count: int) -> None:
+    db = Database(path)
+    for i in range(count):
+        db.add(W, T, MeasureResult(Config(proc=proc, i=i), (1e-3 + proc * 1e-6 + i * 1e-9,)))
+
+
+def test_several_processes_write_at_once_and_nothing_is_lost(tmp_path):
+    path = str(tmp_path / "shared.db")
+    Database(path).close()
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, p, 60)) for p in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    records = Database(path).records(W, T)
+    assert len(records) == 240
+    assert len({r.config for r in records}) == 240
+
+
+RESUMABLE = textwrap.dedent("""
+    import sys, time
+    import tensortune as tt
+    calls = open(sys.argv[2], "a")
+    def slow(x):
+        return x
+    def counted(x):
+        calls.write(f"{x}\\n"); calls.flush()
+        time.sleep(float(sys.argv[3]))
+        return x
+    space = tt.Space({"x": list(range(12))})
+    r = tt.tune(counted, space, strategy="exhaustive", budget=100, db=sys.argv[1], name="resumable",
+                timer=tt.Timer(warmup_seconds=0, min_repeats=1, max_repeats=1, budget_seconds=0), progress=False)
+    print("TRIALS", r.trials, "REUSED", r.reused)
+""")
+
+
+def test_killed_run_resumes_without_remeasuring(tmp_path):
+    script = tmp_path / "resumable.py"
+    script.write_text(RESUMABLE)
+    db_path, calls = tmp_path / "r.db", tmp_path / "calls.txt"
+    proc = subprocess.Popen([sys.executable, str(script), str(db_path), str(calls), "0.15"])
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if db_path.exists():
+            try:
+                n = sum(1 for _ in Database(db_path).all_records())
+            except DatabaseError:
+                n = 0
+            if n >= 4:
+                break
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    recorded = {r.config["x"] for r in Database(db_path).all_records()}
+    assert 4 <= len(recorded) < 12
+    calls.write_text("")
+    out = subprocess.run([sys.executable, str(script), str(db_path), str(calls), "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    remeasured = {int(x) for x in calls.read_text().split()}
+    assert remeasured.isdisjoint(recorded)
+    assert remeasured | recorded == set(range(12))
+    assert f"REUSED {len(recorded)}" in out.stdout

@@ -1,0 +1,89 @@
+import os
+import time
+
+import pytest
+
+from tensortune.measure import CandidateError, ErrorKind, IsolatedWorker, Timer, WrongResult, check_close
+from tensortune.measure.builder import ProcessPoolBuilder
+from tensortune.space import Config
+
+
+def _crash():
+    os.abort()
+
+
+def _hang():
+    while True:
+        time.sleep(0.1)
+
+
+def _wrong():
+    raise WrongResult("off by one")
+
+
+def _pid():
+    return os.getpid()
+
+
+def _env(name):
+    return os.environ.get(name)
+
+
+def test_worker_survives_crash_and_hang():
+    with IsolatedWorker(timeout=2, env={"CUDA_VISIBLE_DEVICES": "3"}) as w:
+        first = w.call(_pid)
+        assert w.call(_env, "CUDA_VISIBLE_DEVICES") == "3"
+        with pytest.raises(CandidateError) as err:
+            w.call(_crash)
+        assert err.value.kind is ErrorKind.CRASHED and "SIGABRT" in str(err.value)
+        with pytest.raises(CandidateError) as err:
+            w.call(_hang, timeout=0.5)
+        assert err.value.kind is ErrorKind.TIMEOUT
+        with pytest.raises(CandidateError) as err:
+            w.call(_wrong)
+        assert err.value.kind is ErrorKind.WRONG_RESULT
+        assert w.call(_pid) != first
+        with pytest.raises(CandidateError) as err:
+            w.call(int, "not a number")
+        assert err.value.kind is ErrorKind.RUNTIME_ERROR and "ValueError" in str(err.value)
+
+
+def test_timer_repeats_and_warmup():
+    calls = []
+    t = Timer(warmup_seconds=0.0, min_repeats=4, max_repeats=4, budget_seconds=10)
+    times = t.time(lambda: calls.append(1))
+    assert len(times) == 4 and len(calls) == 5  # one warm-up call
+    assert all(x >= 0 for x in times)
+    assert len(Timer(min_repeats=2, max_repeats=3, flush_cache_bytes=1 << 16).time(lambda: None)) >= 2
+
+
+def test_check_close_tolerances():
+    import numpy as np
+    a = np.linspace(0, 1, 10, dtype=np.float32)
+    check_close(a + 1e-6, a)
+    with pytest.raises(WrongResult, match="max abs error"):
+        check_close(a + 0.1, a)
+    with pytest.raises(WrongResult, match="NaN"):
+        check_close(np.full(10, np.nan, np.float32), a)
+    with pytest.raises(WrongResult, match="shape"):
+        check_close(a[:5], a)
+
+
+def _build(config):
+    if config["x"] == 1:
+        raise RuntimeError("cannot build x=1")
+    if config["x"] == 2:
+        time.sleep(30)
+    return config["x"] * 10
+
+
+def test_process_pool_builder_isolates_failures_and_hangs():
+    b = ProcessPoolBuilder(_build, jobs=2, timeout=3)
+    try:
+        out = b.build([Config(x=0), Config(x=1), Config(x=2), Config(x=3)])
+        assert [r.artifact for r in out] == [0, None, None, 30]
+        assert out[1].error is ErrorKind.COMPILE_ERROR and "cannot build" in out[1].message
+        assert out[2].error is ErrorKind.TIMEOUT
+        assert b.build([Config(x=5)])[0].artifact == 50  # the pool came back
+    finally:
+        b.close()

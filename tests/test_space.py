@@ -1,0 +1,149 @@
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tensortune.space import (Boolean, Categorical, Config, Coupled, IntRange, Ordinal, PowerOfTwo, Space,
+                              SpaceError)
+
+
+def tiled_space():
+    return Space(
+        {
+            "BLOCK_M": [16, 32, 64, 128],
+            "BLOCK_N": [16, 32, 64, 128],
+            "BLOCK_K": [16, 32, 64],
+            "order": ["ijk", "ikj", "kij"],
+            "unroll": Boolean("unroll"),
+            "BLOCK_A, BLOCK_B": [(128, 64), (64, 128)],
+        },
+        constraints=["BLOCK_M * BLOCK_K <= 2048", lambda BLOCK_N, BLOCK_K: BLOCK_N >= BLOCK_K],
+    )
+
+
+def brute_force_size(space):
+    import itertools
+    count = 0
+    for point in itertools.product(*[range(len(p)) for p in space.params]):
+        cfg = space.to_config(point)
+        if all(c(cfg) for c in space.constraints):
+            count += 1
+    return count
+
+
+def test_size_matches_brute_force_and_iteration():
+    s = tiled_space()
+    assert s.cartesian_size == 4 * 4 * 3 * 3 * 2 * 2
+    assert s.size == brute_force_size(s) == len(list(s)) == len(set(s))
+    assert s.size_is_exact
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_samples_are_valid_and_encodings_round_trip(seed):
+    s = tiled_space()
+    for cfg in s.sample(5, seed=seed):
+        assert s.is_valid(cfg)
+        assert s.decode(s.encode(cfg)) == cfg
+        assert Config.from_json(cfg.to_json()) == cfg
+        assert hash(Config.from_json(cfg.to_json())) == hash(cfg)
+        for nb in s.neighbours(cfg):
+            assert s.is_valid(nb) and nb != cfg
+
+
+@settings(max_examples=30, deadline=None)
+@given(values=st.lists(st.integers(1, 64), min_size=2, max_size=6, unique=True),
+       limit=st.integers(2, 128))
+def test_sampling_respects_random_constraints(values, limit):
+    try:
+        s = Space({"a": values, "b": values}, constraints=[f"a + b <= {limit}"])
+    except SpaceError:
+        assert min(values) * 2 > limit  # only empty spaces may be refused
+        return
+    valid = set(s)
+    assert all(c["a"] + c["b"] <= limit for c in valid)
+    assert set(s.sample(20, seed=1)) <= valid
+
+
+def test_sampling_is_uniform_over_valid_configs():
+    s = Space({"a": list(range(8)), "b": list(range(8))}, constraints=["a <= b"])
+    counts = {}
+    for cfg in s.sample(36000, seed=0):
+        counts[cfg] = counts.get(cfg, 0) + 1
+    assert len(counts) == s.size == 36
+    freq = np.array(list(counts.values())) / 36000
+    assert np.all(np.abs(freq - 1 / 36) < 0.006)
+
+
+def test_astronomical_space_with_tight_constraints():
+    params = {f"p{i}": list(range(1, 17)) for i in range(10)}  # 16^10 ~ 1.1e12 points
+    s = Space(params, constraints=["p0 * p1 <= 4", "p2 + p3 + p4 == 5", "p5 == p6 and p7 > 15"])
+    assert s.cartesian_size == 16**10
+    samples = s.sample(200, seed=3)
+    assert all(s.is_valid(c) for c in samples)
+    assert len(set(samples)) > 150
+    first = next(iter(s))
+    assert s.is_valid(first)
+
+
+def test_huge_single_group_still_samples_validly():
+    s = Space({"x": IntRange("x", 0, 10**6), "y": IntRange("y", 0, 10**6)}, constraints=["x + y == 10**6"])
+    assert s.cartesian_size > 10**12
+    for cfg in s.sample(5, seed=0):
+        assert cfg["x"] + cfg["y"] == 10**6
+
+
+def test_parameter_kinds():
+    assert PowerOfTwo("b", 10, 300).values == (16, 32, 64, 128, 256)
+    assert Ordinal("o", [1, 2, 3]).neighbour_indices(0) == [1]
+    assert Categorical("c", ["a", "b", "c"]).neighbour_indices(1) == [0, 2]
+    assert list(IntRange("r", 2, 10, 4).values) == [2, 6, 10]
+    c = Coupled("A, B", [(1, 2), (3, 4)])
+    assert c.assignment(1) == {"A": 3, "B": 4}
+
+
+@pytest.mark.parametrize(
+    "params, constraints, message",
+    [
+        ({"a": [1, 2]}, ["b > 1"], "unknown parameter(s) ['b']"),
+        ({"a": []}, [], "has no values"),
+        ({"a": [1, 2]}, ["a > 5"], "no valid configuration"),
+        ({"a": [1, 2], "b": [1]}, ["a + b > 10"], "'a + b > 10'"),
+        ({"a": [1, 2]}, ["a >"], "not a valid Python expression"),
+        ({"a": [1, 2]}, [lambda zzz, a: True], "unknown parameter(s) ['zzz']"),
+        ({"A, B": [(1,)]}, [], "has 1 entries for 2 names"),
+        ({"1x": [1]}, [], "not a valid identifier"),
+    ],
+)
+def test_invalid_spaces_name_the_culprit(params, constraints, message):
+    with pytest.raises(SpaceError) as err:
+        Space(params, constraints)
+    assert message in str(err.value)
+
+
+def test_config_validation_errors():
+    s = tiled_space()
+    with pytest.raises(SpaceError, match="unknown parameter"):
+        s.config(nope=1)
+    good = s.sample(1, seed=0)[0]
+    with pytest.raises(SpaceError, match="not a choice"):
+        s.config(good.replace(BLOCK_M=3))
+    with pytest.raises(SpaceError, match="violates constraint"):
+        s.config(good.replace(BLOCK_M=128, BLOCK_K=64))
+
+
+def test_config_is_immutable_hashable_and_stable():
+    c = Config({"b": 2, "a": np.int64(1)})
+    assert c.to_json() == '{"a":1,"b":2}'
+    assert json.loads(c.to_json()) == {"a": 1, "b": 2}
+    with pytest.raises(TypeError):
+        c["a"] = 3  # type: ignore[index]
+    assert {c: 1}[Config(a=1, b=2)] == 1
+    assert c.digest == Config(a=1, b=2).digest
+
+
+def test_callable_constraint_over_whole_config():
+    s = Space({"a": [1, 2, 3]}, constraints=[lambda cfg: cfg["a"] != 2])
+    assert [c["a"] for c in s] == [1, 3]

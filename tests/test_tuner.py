@@ -1,0 +1,133 @@
+import math
+
+import pytest
+
+from tensortune.db import Database, Target, Workload
+from tensortune.measure import BuildResult, ErrorKind, MeasureResult
+from tensortune.space import Space
+from tensortune.tuner import Budget, Tuner
+
+W = Workload.make("fake", "src")
+T = Target.make("cpu", "fake")
+
+
+class FakeRunner:
+    """Time is a known function of the config; some configs fail."""
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, builds):
+        for b in builds:
+            self.calls.append(b.config)
+            x, y = b.config["x"], b.config["y"]
+            if (x + y) % 7 == 0:
+                yield MeasureResult.failed(b.config, ErrorKind.RUNTIME_ERROR, "injected")
+            else:
+                yield MeasureResult(b.config, (1e-3 * (1 + (x - 5) ** 2 + (y - 3) ** 2),))
+
+
+def space():
+    return Space({"x": list(range(10)), "y": list(range(8))}, constraints=["x != y"])
+
+
+@pytest.mark.parametrize("strategy", ["exhaustive", "random", "auto"])
+def test_budget_is_respected_and_everything_recorded(strategy, tmp_path):
+    db = Database(tmp_path / "t.db")
+    runner = FakeRunner()
+    r = Tuner(space(), runner, workload=W, target=T, db=db, strategy=strategy, budget=17, seed=1,
+              batch_size=4, progress=False).run()
+    assert r.trials == 17 == len(runner.calls) == len(set(runner.calls))
+    assert len(db.records(W, T)) == 17
+    assert r.best.time == min(x.time for x in r.history)
+    assert r.failures == sum(1 for c in runner.calls if (c["x"] + c["y"]) % 7 == 0)
+
+
+def test_exhaustive_finds_the_optimum_and_stops_at_space_size():
+    runner = FakeRunner()
+    r = Tuner(space(), runner, workload=W, target=T, strategy="exhaustive", budget=1000, progress=False).run()
+    assert r.trials == space().size
+    assert r.best_config == {"x": 5, "y": 3}
+    assert math.isclose(r.best_time, 1e-3)
+
+
+def test_resume_tells_the_strategy_and_measures_nothing_twice(tmp_path):
+    db = Database(tmp_path / "t.db")
+    first = FakeRunner()
+    Tuner(space(), first, workload=W, target=T, db=db, strategy="random", budget=20, seed=0,
+          progress=False).run()
+    second = FakeRunner()
+    r = Tuner(space(), second, workload=W, target=T, db=db, strategy="random", budget=20, seed=0,
+              progress=False).run()
+    assert r.reused == 20 and r.trials == 20
+    assert set(first.calls).isdisjoint(second.calls)
+    assert len(db.records(W, T)) == 40
+
+
+def test_seeded_runs_are_reproducible():
+    a, b = FakeRunner(), FakeRunner()
+    Tuner(space(), a, workload=W, target=T, strategy="random", budget=10, seed=42, progress=False).run()
+    Tuner(space(), b, workload=W, target=T, strategy="random", budget=10, seed=42, progress=False).run()
+    assert a.calls == b.calls
+
+
+def test_time_budget_stops_the_loop():
+    class SlowClock(FakeRunner):
+        def run(self, builds):
+            import time
+            for result in super().run(builds):
+                time.sleep(0.02)
+                yield result
+    runner = SlowClock()
+    r = Tuner(space(), runner, workload=W, target=T, strategy="exhaustive",
+              budget=Budget(seconds=0.1), batch_size=1, progress=False).run()
+    assert 1 <= r.trials < space().size
+
+
+def test_budget_validation():
+    with pytest.raises(ValueError, match="at least 1"):
+        Budget(trials=0)
+    with pytest.raises(ValueError, match="needs"):
+        Budget()
+
+
+def test_callbacks_see_every_result():
+    seen = []
+    Tuner(space(), FakeRunner(), workload=W, target=T, strategy="random", budget=5, seed=0,
+          progress=False, callbacks=[seen.append]).run()
+    assert len(seen) == 5 and all(isinstance(s, MeasureResult) for s in seen)
+
+
+def test_unknown_strategy_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown strategy 'nope'"):
+        Tuner(space(), FakeRunner(), workload=W, target=T, strategy="nope")
+
+
+def test_tune_callable_records_and_checks_reference(tmp_path):
+    import numpy as np
+
+    import tensortune as tt
+
+    def compute(mode):
+        x = np.arange(100.0)
+        return x * 2 if mode != "bad" else x * 3
+
+    r = tt.tune(compute, {"mode": ["a", "b", "bad"]}, budget=3, db=tmp_path / "c.db", progress=False,
+                reference=lambda: np.arange(100.0) * 2)
+    errors = {h.config["mode"]: h.error for h in r.history}
+    assert errors == {"a": None, "b": None, "bad": ErrorKind.WRONG_RESULT}
+
+
+def test_builder_failures_flow_through(tmp_path):
+    class FailingBuilder:
+        jobs = 2
+
+        def build(self, configs):
+            return [BuildResult(c, None, ErrorKind.COMPILE_ERROR, "nope") if c["x"] == 0 else BuildResult(c)
+                    for c in configs]
+
+    from tensortune.measure import CallableRunner, Timer
+    runner = CallableRunner(lambda x, y: x + y, Timer(warmup_seconds=0, min_repeats=1, budget_seconds=0))
+    r = Tuner(space(), runner, builder=FailingBuilder(), workload=W, target=T, strategy="exhaustive",
+              budget=100, progress=False).run()
+    assert sum(1 for h in r.history if h.error is ErrorKind.COMPILE_ERROR) == 7
