@@ -1,0 +1,268 @@
+"""`GpuRunner`: candidates checked and timed in one isolated worker process per GPU.
+
+Each GPU gets a long-lived worker (`IsolatedWorker` with CUDA_VISIBLE_DEVICES set to
+that GPU) that makes the task's arguments once from their descriptions. A candidate
+that crashes the process, hangs past `timeout`, or leaves the CUDA context poisoned
+(an illegal memory access) is recorded with its error kind; the worker is restarted
+and the next candidate goes on. A mismatch with the reference is `wrong_result`, a
+kernel over the shared-memory limit `out_of_resources`. Builds may be an iterator
+(builds streamed from a parallel compiler are measured as they arrive), and candidates
+whose artifacts report the same `binary_digest` are measured once.
+
+Example (CPU tensors and the host clock; a Triton kernel under TRITON_INTERPRET=1 runs
+the same way):
+    >>> from tensortune.space import Config
+    >>> from tensortune.measure import BuildResult
+    >>> from tensortune.measure.cuda_timer import CudaTimer
+    >>> from tensortune.measure.gpu import GpuTask, TensorArg
+    >>> task = GpuTask("tensortune.measure.gpu.fakes:launch",
+    ...                (TensorArg((256,)), TensorArg((256,), output=True)),
+    ...                reference="tensortune.measure.gpu.fakes:reference", device="cpu",
+    ...                timer=CudaTimer(clock="host", budget_seconds=0.01))
+    >>> with GpuRunner(task, timeout=30) as runner:
+    ...     results = list(runner.run([BuildResult(Config(fault="none")), BuildResult(Config(fault="wrong"))]))
+    >>> sorted(str(r.error) for r in results)
+    ['None', 'wrong_result']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from ...space import Config
+from ..confirm import Confirmation, near_ties, shorter
+from ..errors import CandidateError, ErrorKind
+from ..result import BuildResult, MeasureResult
+from ..runner import failed_build
+from ..worker import IsolatedWorker
+from . import worker_side
+from .task import GpuTask
+
+
+class GpuTaskError(RuntimeError):
+    """The task itself is broken (its arguments or reference could not be made)."""
+
+
+class _Slot:
+    """One device and its worker."""
+
+    def __init__(self, device: int | None, env: Mapping[str, str], timeout: float) -> None:
+        self.device = device
+        full_env = dict(env)
+        if device is not None:
+            full_env["CUDA_VISIBLE_DEVICES"] = str(device)
+        self.worker = IsolatedWorker(timeout=timeout, env=full_env)
+        self.ready = False
+        self.restarts = 0
+        self.name = "cpu" if device is None else f"gpu{device}"
+
+
+class GpuRunner:
+    """Runs a `GpuTask`'s candidates on `devices` (GPU indices; None: one worker, devices as visible).
+
+    `timeout` bounds one candidate's check and timing (a hang beyond it is a `timeout`);
+    `startup_timeout` bounds starting a worker and making the arguments and reference.
+    With `cutoff_factor`, a candidate whose first estimate is that many times slower than
+    the best so far is not timed further (its estimate runs are its times).
+    """
+
+    def __init__(self, task: GpuTask, *, devices: Sequence[int] | None = None, timeout: float = 60.0,
+                 startup_timeout: float = 300.0, env: Mapping[str, str] | None = None,
+                 cutoff_factor: float | None = None) -> None:
+        self.task = task
+        self.timeout = timeout
+        self.startup_timeout = startup_timeout
+        self.cutoff_factor = cutoff_factor
+        targets: list[int | None] = list(devices) if devices else [None]
+        self._slots = [_Slot(d, env or {}, timeout) for d in targets]
+        self._scratch = tempfile.mkdtemp(prefix="tensortune-gpu-")
+        self._best = float("inf")
+        self._lock = threading.Lock()
+        self._by_binary: dict[str, MeasureResult] = {}
+
+    # -- the Runner protocol -------------------------------------------------------------
+    def run(self, builds: Iterable[BuildResult]) -> Iterator[MeasureResult]:
+        """Yield one result per build, in the order they finish (builds may stream in)."""
+        work: queue.Queue[BuildResult | None] = queue.Queue()
+        out: queue.Queue[Any] = queue.Queue()
+        waiting: dict[str, list[BuildResult]] = {}  # binary digest -> followers of a leader in flight
+        stop = threading.Event()
+
+        def feed() -> None:
+            count = 0
+            try:
+                for b in builds:
+                    if stop.is_set():
+                        break
+                    count += 1
+                    if not b.ok:
+                        out.put(failed_build(b))
+                        continue
+                    digest = _binary_digest(b)
+                    with self._lock:
+                        if digest and digest in self._by_binary:
+                            out.put(_duplicate(self._by_binary[digest], b))
+                            continue
+                        if digest and digest in waiting:
+                            waiting[digest].append(b)
+                            continue
+                        if digest:
+                            waiting[digest] = []
+                    work.put(b)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+                out.put(exc)
+            finally:
+                for _ in self._slots:
+                    work.put(None)
+                out.put(("fed", count))
+
+        def serve(slot: _Slot) -> None:
+            while (b := work.get()) is not None:
+                if stop.is_set():
+                    continue
+                try:
+                    result = self._measure(slot, b)
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the consumer
+                    stop.set()
+                    out.put(exc)
+                    continue
+                digest = _binary_digest(b)
+                with self._lock:
+                    if result.ok:
+                        self._best = min(self._best, result.time)
+                    followers = waiting.pop(digest, []) if digest else []
+                    if digest:
+                        self._by_binary[digest] = result
+                out.put(result)
+                for f in followers:
+                    out.put(_duplicate(result, f))
+
+        threads = [threading.Thread(target=feed, daemon=True)]
+        threads += [threading.Thread(target=serve, args=(s,), daemon=True) for s in self._slots]
+        for t in threads:
+            t.start()
+        fed: int | None = None
+        given = 0
+        try:
+            while fed is None or given < fed:
+                item = out.get()
+                if isinstance(item, tuple) and len(item) == 2 and item[0] == "fed":
+                    fed = item[1]
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    given += 1
+                    yield item
+        finally:
+            stop.set()
+            for t in threads[1:]:
+                t.join(timeout=self.timeout + 5)
+
+    # -- one candidate -------------------------------------------------------------------
+    def _ensure_ready(self, slot: _Slot) -> None:
+        if slot.ready:
+            return
+        try:
+            slot.worker.call(worker_side.prepare, self.task, self._scratch, timeout=self.startup_timeout)
+        except CandidateError as exc:
+            raise GpuTaskError(f"could not prepare task {self.task.name or self.task.digest} on "
+                               f"{slot.name}: {exc.kind.value}: {exc}") from None
+        slot.ready = True
+
+    def _measure(self, slot: _Slot, build: BuildResult) -> MeasureResult:
+        self._ensure_ready(slot)
+        cutoff = self._best * self.cutoff_factor if self.cutoff_factor and self._best < float("inf") else None
+        start = time.perf_counter()
+        extra: dict[str, Any] = {"device": slot.name}
+        digest = _binary_digest(build)
+        if digest:
+            extra["binary"] = digest
+        try:
+            outcome = slot.worker.call(worker_side.measure, self.task, build.config, self._scratch, cutoff)
+        except CandidateError as exc:  # the worker died or hung: it is gone already
+            slot.ready = False
+            slot.restarts += 1
+            extra["worker_restarted"] = True
+            return MeasureResult.failed(build.config, exc.kind, str(exc), compile_seconds=build.compile_seconds,
+                                        run_seconds=time.perf_counter() - start, extra=extra)
+        if not outcome["healthy"]:
+            slot.worker.close()
+            slot.ready = False
+            slot.restarts += 1
+            extra["worker_restarted"] = True
+        extra.update(outcome["extra"])
+        seconds = time.perf_counter() - start
+        if outcome["error"]:
+            return MeasureResult.failed(build.config, ErrorKind(outcome["error"]), outcome["message"],
+                                        compile_seconds=build.compile_seconds, run_seconds=seconds, extra=extra)
+        return MeasureResult(build.config, outcome["times"], compile_seconds=build.compile_seconds,
+                             run_seconds=seconds, extra=extra)
+
+    # -- confirming the winner -----------------------------------------------------------
+    def confirm(self, results: Sequence[MeasureResult], *, within: float = 0.03, rounds: int = 5,
+                limit: int = 8, timer: Any = None) -> Confirmation | None:
+        """Re-time the results within `within` of the best interleaved on the first device.
+
+        Returns None when nothing succeeded; a single contender is confirmed at once.
+        """
+        contenders = near_ties(results, within, limit)
+        if not contenders:
+            return None
+        if len(contenders) == 1:
+            only = contenders[0]
+            return Confirmation(only.config, 1.0, 0.0, {only.config: only.time}, {}, 0)
+        slot = self._slots[0]
+        self._ensure_ready(slot)
+        timer = timer or shorter(self.task.timer, rounds)
+        prior = {r.config: r.time for r in contenders}
+        budget = self.timeout * max(1, rounds) * len(contenders)
+        reply = slot.worker.call(worker_side.confirm, self.task, [r.config for r in contenders], prior,
+                                 None, rounds, timer, timeout=budget)
+        return reply["confirmation"]
+
+    # -- lifetime ------------------------------------------------------------------------
+    @property
+    def restarts(self) -> int:
+        """How many times a worker was restarted after a crash, hang or poisoned context."""
+        return sum(s.restarts for s in self._slots)
+
+    def close(self) -> None:
+        for s in self._slots:
+            s.worker.close()
+            s.ready = False
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self) -> "GpuRunner":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _binary_digest(build: BuildResult) -> str:
+    return str(getattr(build.artifact, "binary_digest", "") or "")
+
+
+def _duplicate(result: MeasureResult, build: BuildResult) -> MeasureResult:
+    extra = dict(result.extra)
+    extra["duplicate_of"] = result.config.to_json()
+    return dataclasses.replace(result, config=build.config, compile_seconds=build.compile_seconds,
+                               run_seconds=0.0, extra=extra)
+
+
+def confirmed_result(result: MeasureResult, confirmation: Confirmation) -> MeasureResult:
+    """The winner's result with its confirmed times and how sure the choice is, to record."""
+    times = confirmation.times.get(result.config) or result.times
+    extra = dict(result.extra)
+    extra.update(confirmation.as_extra())
+    return dataclasses.replace(result, times=tuple(times), extra=extra)
+
+
+__all__ = ["GpuRunner", "GpuTaskError", "confirmed_result", "Config"]
