@@ -13,8 +13,9 @@
 - "sticky": raises an illegal-memory-access error and poisons this worker, so every
   later launch fails the same way until the worker is restarted (a sticky CUDA
   error); `health_check` reports the poisoning, as the CUDA probe would.
-- "accumulate": adds into `out` instead of writing it (wrong after repeated runs unless
-  `out` is declared zero=True).
+- "accumulate": adds into `out` instead of writing it (right only when `out` is declared
+  zero=True);
+- "mutate_input": right once, but also changes `x`, so repeated runs drift.
 
 `inplace(config, x)` doubles `x` in place (correct with `restore=True`).
 
@@ -51,6 +52,9 @@ def launch(config: Mapping[str, Any], x: Any, out: Any) -> None:
         out[:-1].copy_(x[:-1] * 2)
     elif fault == "accumulate":
         out.add_(x * 2)
+    elif fault == "mutate_input":
+        out.copy_(x * 2)
+        x.add_(1)
     elif fault == "crash":
         ctypes.string_at(0)  # SIGSEGV
     elif fault == "hang":
