@@ -21,6 +21,7 @@ _LAZY = {
     "ErrorKind": "tensortune.measure", "MeasureResult": "tensortune.measure", "Timer": "tensortune.measure",
     "create_strategy": "tensortune.search", "tune": "tensortune.frontends.callable",
     "Settings": "tensortune.settings",
+    "autotune": "tensortune.frontends.triton",
 }
 
 

@@ -1,0 +1,109 @@
+"""`@tensortune.autotune`: a drop-in for `triton.autotune` that tunes faster, remembers
+its results across processes, and never crashes on a bad configuration.
+
+Switching is one line: `@triton.autotune(configs=..., key=...)` becomes
+`@tensortune.autotune(configs=..., key=...)`. The tensortune form searches a space
+instead of a list:
+
+    @tensortune.autotune(
+        space=tt.Space({"BLOCK_M": [32, 64, 128], "BLOCK_N": [64, 128], "num_warps": [4, 8]}),
+        key=["M", "N", "K"], bucket="pow2", budget=32)
+    @triton.jit
+    def matmul_kernel(...): ...
+
+See docs/triton.md for every option.
+
+Example:
+    >>> import triton, triton.language as tl
+    >>> @autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])
+    ... @triton.jit
+    ... def k(x_ptr, n, BLOCK: tl.constexpr):
+    ...     pass
+    >>> k.keys
+    ['n']
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .keys import POLICIES, TuningKey, pow2, round_up
+from .kernel import AutotunedKernel, Decision
+from .options import AutotuneOptions
+from .timing import DoBenchTimer
+from .tuning import TuningFailed
+
+
+def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
+             prune_configs_by: Mapping[str, Any] | None = None, reset_to_zero: Sequence[str] | None = None,
+             restore_value: Sequence[str] | None = None, pre_hook: Callable[..., Any] | None = None,
+             post_hook: Callable[..., Any] | None = None, warmup: float | None = None, rep: float | None = None,
+             use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None,
+             cache_results: bool = False, *, space: Any = None, strategy: Any = "auto", budget: Any = None,
+             reference: Callable[..., Any] | None = None, bucket: Any = "exact", on_new_key: str = "tune",
+             timer: Any = None, db: Any = None, records: "str | os.PathLike[str] | Sequence[Any] | None" = None,
+             settings: Any = None, tolerance: "float | Mapping[str, float] | None" = None,
+             check_inputs: str = "random", distributed: str = "auto", seed: int = 0, name: str | None = None,
+             progress: bool | None = None, builder: Any = None) -> Callable[[Any], AutotunedKernel]:
+    """Decorate a `@triton.jit` function so that each launch uses the best configuration
+    for its key.
+
+    Triton's arguments keep their meaning (`cache_results` is accepted and implied:
+    results always go to the records database; `warmup`/`rep`/`use_cuda_graph` build a
+    Triton `do_bench` as triton.autotune does). tensortune's own:
+
+    - `space`: a `tensortune.Space` (or a dict) over meta-parameters and launch options,
+      instead of `configs`; `strategy` and `budget` (trials, seconds, or a `Budget`)
+      say how to search it. Lists are measured whole unless `budget` says otherwise.
+    - `reference`: called like the kernel (on copies of its arguments); it writes the
+      expected results into them (returning None) or returns {argument name: tensor}.
+      Without it, the first configuration that runs is the reference.
+    - `bucket`: "exact", "pow2", "round", a function, or {key name: policy}.
+    - `on_new_key`: "tune" (now), or "nearest" (answer at once with the nearest tuned
+      key's configuration; `kernel.tune_pending()` tunes the new keys later).
+    - `timer`/`do_bench`: how candidates are timed (default: CUDA events, cold L2).
+    - `db`: a `Database` or path (default: `Settings.db_path`); `records`: JSON-lines
+      files of shipped records, imported on first use.
+    - `settings`: a `tensortune.Settings`; default `Settings.from_env()` on first use
+      (TENSORTUNE_NEVER_TUNE=1: never measure, use records, the nearest key, or the
+      first configuration).
+    - `tolerance`: fraction of the largest expected magnitude, or {dtype name: fraction}.
+    - `check_inputs`: "random" (float tensors refilled with random values for tuning)
+      or "given" (copies of the caller's values).
+    - `distributed`: "auto"/"broadcast" (rank 0 decides for all), "shared-db", "off".
+    - `builder`: a `tensortune.measure.Builder` (or a factory) that compiles candidates
+      ahead of time in parallel.
+    """
+    if warmup is not None or rep is not None or use_cuda_graph:
+        if do_bench is not None or timer is not None:
+            raise ValueError("warmup/rep/use_cuda_graph cannot be combined with do_bench= or timer=")
+        do_bench = _legacy_do_bench(warmup, rep, use_cuda_graph)
+    options = AutotuneOptions.make(
+        configs, key, space=space, budget=budget, records=records, reset_to_zero=reset_to_zero,
+        restore_value=restore_value, prune_configs_by=prune_configs_by, pre_hook=pre_hook, post_hook=post_hook,
+        do_bench=do_bench, strategy=strategy, reference=reference, bucket=bucket, on_new_key=on_new_key,
+        timer=timer, db=db, settings=settings, tolerance=tolerance, check_inputs=check_inputs,
+        distributed=distributed, seed=seed, name=name, progress=progress, builder=builder)
+
+    def decorator(fn: Any) -> AutotunedKernel:
+        if not callable(getattr(fn, "run", None)):
+            raise TypeError(f"@tensortune.autotune goes on a @triton.jit function (above it); got {fn!r}")
+        return AutotunedKernel(fn, options)
+
+    return decorator
+
+
+def _legacy_do_bench(warmup: float | None, rep: float | None, use_cuda_graph: bool) -> Callable[..., Any]:
+    import triton.testing
+
+    if use_cuda_graph:
+        return lambda fn, quantiles: triton.testing.do_bench_cudagraph(
+            fn, rep=rep if rep is not None else 100, quantiles=quantiles)
+    return lambda fn, quantiles: triton.testing.do_bench(
+        fn, warmup=warmup if warmup is not None else 25, rep=rep if rep is not None else 100, quantiles=quantiles)
+
+
+__all__ = ["POLICIES", "AutotuneOptions", "AutotunedKernel", "Decision", "DoBenchTimer", "TuningFailed",
+           "TuningKey", "autotune", "pow2", "round_up"]

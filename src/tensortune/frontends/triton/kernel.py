@@ -1,0 +1,369 @@
+"""The autotuned kernel: a fast dispatch path over decisions made once per key.
+
+`kernel[grid](*args)` computes the launch's raw key (key-argument values and tensor
+dtypes) and looks it up in a dict of decisions; a hit launches the `@triton.jit`
+function with the decided configuration at once (no hashing of large objects, no
+database). A miss takes the slow path, once per key: bucket the key, then in order
+use the key's settled record, or (never-tune mode) the best recorded / nearest /
+first configuration, or (on_new_key="nearest") the nearest tuned key's configuration
+while the key waits in `kernel.pending`, or tune it now.
+
+Example (with TRITON_INTERPRET=1; see docs/triton.md):
+    >>> import triton, triton.language as tl, tensortune as tt
+    >>> @tt.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])
+    ... @triton.jit
+    ... def add_one(x_ptr, n, BLOCK: tl.constexpr):
+    ...     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ...     tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from triton.runtime.jit import KernelInterface
+
+from ...db import Database, Target, Workload, import_jsonl
+from ...settings import Settings
+from ...space import Config, Space
+from .arguments import ArgSet, is_tensor
+from .configs import (config_of_triton, enumerate_space, launch_kwargs, space_of_configs,
+                      space_of_triton_configs, triton_of_config)
+from .keys import KeyMaker, TuningKey
+from .options import AutotuneOptions
+from .records import nearest_config, recorded_config, settled_config
+from .runner import Candidate, Hooks, LaunchRunner
+from .source import base_function, kernel_name, kernel_source
+from .target import current_target
+from .timing import DoBenchTimer, resolve_timer
+from .tuning import KeyTuning, default_budget, tune_key
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The configuration a key launches with, and where it came from."""
+
+    key: TuningKey
+    config: Config
+    source: str  # tuned | recorded | nearest | default | only | agreed
+    kwargs: Mapping[str, Any]
+    pre_hook: Callable[..., Any] | None = None
+
+
+@dataclass(frozen=True)
+class _Candidates:
+    space: Space
+    by_config: Mapping[Config, Any]  # the triton.Config of each configuration (list form)
+    default: Config  # the first configuration: what never-tune mode falls back to
+
+
+@dataclass
+class _Context:
+    """What the slow path needs, made on the first miss (never at import time)."""
+
+    settings: Settings
+    db: Database
+    target: Target
+    timer: Any
+
+
+class AutotunedKernel(KernelInterface):
+    """A `@triton.jit` function wrapped by `@tensortune.autotune`."""
+
+    def __init__(self, fn: Any, options: AutotuneOptions) -> None:
+        self.fn = fn
+        self.base_fn = base_function(fn)
+        self.arg_names = list(getattr(fn, "arg_names", None) or
+                              self.base_fn.__code__.co_varnames[:self.base_fn.__code__.co_argcount])
+        self.options = options
+        self.keys = list(options.key)
+        self.configs = list(options.configs) if options.configs is not None else None
+        for param, names in (("reset_to_zero", options.reset_to_zero), ("restore_value", options.restore_value)):
+            unknown = [n for n in names if n not in self.arg_names]
+            if unknown:
+                raise ValueError(f"{param} names {unknown} are not arguments of the kernel; "
+                                 f"its arguments are {self.arg_names}")
+        self._keys = KeyMaker(self.arg_names, options.key, options.bucket)
+        self._raw = self._keys.raw
+        self._run = fn.run
+        self._decisions: dict[tuple[Any, ...], Decision] = {}
+        self._by_key: dict[TuningKey, Decision] = {}
+        self._lock = threading.RLock()
+        self._context: _Context | None = None
+        self.name = options.name or kernel_name(fn)
+        self.interpreted = _is_interpreted(fn)
+        self.tunings: dict[TuningKey, KeyTuning] = {}
+        self.pending: dict[TuningKey, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
+        self.best_config: Config | None = None  # the configuration of the latest decision
+        self.make_inputs: Callable[..., Any] | None = None
+        _KERNELS.add(self)
+
+    def inputs(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Register `fn(**shape) -> (grid, args[, kwargs])`, which makes fresh arguments for
+        a shape, so `tensortune triton tune` can tune this kernel from shapes alone."""
+        self.make_inputs = fn
+        return fn
+
+    # ---- the fast path ---------------------------------------------------------------
+    def __getitem__(self, grid: Any) -> Callable[..., Any]:
+        """`kernel[grid](*args)`: the dispatch path, kept in closure locals for speed."""
+        decisions, by_arity, run, slow = self._decisions, self._keys._by_arity, self._run, self.run
+
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            if not kwargs:
+                raw = by_arity.get(len(args))
+                if raw is not None:
+                    d = decisions.get(raw(args))
+                    if d is not None and d.pre_hook is None:
+                        return run(*args, grid=grid, warmup=False, **d.kwargs)
+            return slow(*args, grid=grid, warmup=False, **kwargs)
+
+        return launch
+
+    def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
+        d = self._decisions.get(self._raw(args, kwargs))
+        if d is None:
+            d = self._decide(args, kwargs, grid)
+        if d.pre_hook is not None:
+            d.pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **d.kwargs})
+        return self._run(*args, grid=grid, warmup=warmup, **kwargs, **d.kwargs)
+
+    # ---- the slow path, once per key ----------------------------------------------------
+    @property
+    def source(self) -> str:
+        return kernel_source(self.fn)
+
+    def context(self) -> _Context:
+        if self._context is None:
+            o = self.options
+            settings = o.settings or Settings.from_env()
+            db = o.db if isinstance(o.db, Database) else Database(o.db if o.db is not None else settings.db_path)
+            for path in o.records:
+                import_jsonl(db, path)
+            timer = resolve_timer(o.timer, o.do_bench, self.interpreted)
+            self._context = _Context(settings, db, current_target(self.interpreted), timer)
+        return self._context
+
+    def _decide(self, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> Decision:
+        raw = self._raw(args, kwargs)
+        with self._lock:
+            d = self._decisions.get(raw)
+            if d is None:
+                key = self._keys.tuning_key(raw)
+                d = self._by_key.get(key)
+                if d is None:
+                    d = self._decide_key(key, args, kwargs, grid)
+                    self._by_key[key] = d
+                self._decisions[raw] = d
+            self.best_config = d.config
+            return d
+
+    def _space_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> "_Candidates":
+        """The candidates of this launch, after prune_configs_by (which sees the arguments)."""
+        o = self.options
+        if o.configs is not None:
+            listed = _prune(list(o.configs), o.prune_configs_by, dict(zip(self.arg_names, args)), kwargs)
+            space, by_config = space_of_triton_configs(listed)
+            return _Candidates(space, by_config, config_of_triton(listed[0]))
+        assert o.space is not None
+        if not o.prune_configs_by:
+            return _Candidates(o.space, {}, next(iter(o.space)))
+        as_triton = [triton_of_config(c) for c in enumerate_space(o.space)]
+        kept = _prune(as_triton, o.prune_configs_by, dict(zip(self.arg_names, args)), kwargs)
+        space = space_of_configs([Config({k: v for k, v in config_of_triton(tc).items() if k in o.space.names})
+                                  for tc in kept])
+        return _Candidates(space, {}, next(iter(space)))
+
+    def _decide_key(self, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> Decision:
+        cands = self._space_for(args, kwargs)
+        space, by_config, default = cands.space, cands.by_config, cands.default
+        clash = sorted(set(kwargs) & set(space.names))
+        if clash:
+            raise ValueError(f"conflicting meta-parameters: {', '.join(clash)} are tuned and also passed "
+                             f"to {self.name}; do not pass tuned parameters")
+        if space.size_is_exact and space.size == 1:
+            return self._decision(key, default, "only", by_config)
+        ctx = self.context()
+        workload = Workload.make(self.name, self.source, key.as_dict())
+
+        def decide() -> tuple[Config, str]:
+            return self._decide_locally(ctx, key, workload, cands, args, kwargs, grid)
+
+        from .distributed import agree
+
+        config, source = agree(decide, self.options.distributed)
+        return self._decision(key, config, source, by_config)
+
+    def _decide_locally(self, ctx: _Context, key: TuningKey, workload: Workload, cands: "_Candidates",
+                        args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> tuple[Config, str]:
+        space, default = cands.space, cands.default
+        settled = settled_config(ctx.db, workload, ctx.target, space)
+        if settled is not None:
+            return settled, "recorded"
+        if ctx.settings.never_tune:
+            recorded = recorded_config(ctx.db, workload, ctx.target, space)
+            if recorded is not None:
+                return recorded, "recorded"
+            near = nearest_config(ctx.db, workload, ctx.target, key, space)
+            return (near[0], "nearest") if near else (default, "default")
+        if self.options.on_new_key == "nearest":
+            near = nearest_config(ctx.db, workload, ctx.target, key, space)
+            if near is not None:
+                self.pending[key] = (grid, *_describe(args, kwargs))
+                return near[0], "nearest"
+        return self._tune(key, workload, cands, args, kwargs, grid).config, "tuned"
+
+    def _tune(self, key: TuningKey, workload: Workload, cands: "_Candidates", args: tuple[Any, ...],
+              kwargs: dict[str, Any], grid: Any, budget: Any = None, strategy: Any = None) -> KeyTuning:
+        o, ctx = self.options, self.context()
+        space, by_config = cands.space, cands.by_config
+        pristine = ArgSet.fresh(args, kwargs, seed=o.seed, random=o.check_inputs == "random")
+        pre_hooks = {c: tc.pre_hook for c, tc in by_config.items() if getattr(tc, "pre_hook", None)}
+        candidate = Candidate(self._run, self.arg_names, grid, pre_hooks)
+        hooks = Hooks(o.reset_to_zero, o.restore_value, o.pre_hook, o.post_hook)
+        runner = LaunchRunner(candidate, pristine, ctx.timer, hooks, o.reference, o.tolerance)
+        size = space.size if space.size_is_exact else 10**9
+        budget = budget or o.budget or default_budget(size, o.listed)
+        progress = ctx.settings.progress and not self.interpreted if o.progress is None else o.progress
+        builder = o.builder(self, space, args, kwargs, grid) if callable(o.builder) else o.builder
+        result = tune_key(space, runner, workload=workload, target=ctx.target, db=ctx.db, budget=budget,
+                          strategy=strategy or o.strategy, seed=o.seed, builder=builder, progress=progress,
+                          description=f"{self.base_fn.__name__} {key.as_dict()}")
+        self.tunings[key] = result
+        return result
+
+    def _decision(self, key: TuningKey, config: Config, source: str, by_config: Mapping[Config, Any]) -> Decision:
+        tc = by_config.get(config)
+        return Decision(key, config, source, launch_kwargs(config), getattr(tc, "pre_hook", None))
+
+    # ---- offline tuning ----------------------------------------------------------------
+    def tune(self, *args: Any, grid: Any, budget: Any = None, strategy: Any = None, force: bool = False,
+             **kwargs: Any) -> Decision:
+        """Tune the key of these arguments now (ahead of time), unless it is settled.
+
+        Nothing is launched on the given tensors; candidates run on copies. With
+        `force`, the search goes on from the records even for a settled key.
+        """
+        key = self._keys.tuning_key(self._raw(args, kwargs))
+        cands = self._space_for(args, kwargs)
+        space, by_config = cands.space, cands.by_config
+        if space.size_is_exact and space.size == 1:
+            d = self._decision(key, cands.default, "only", by_config)
+        else:
+            ctx = self.context()
+            workload = Workload.make(self.name, self.source, key.as_dict())
+            settled = None if force else settled_config(ctx.db, workload, ctx.target, space)
+            if settled is not None:
+                d = self._decision(key, settled, "recorded", by_config)
+            else:
+                from ...tuner import Budget
+
+                tuned = self._tune(key, workload, cands, args, kwargs, grid,
+                                   Budget.of(budget) if budget is not None else None, strategy)
+                d = self._decision(key, tuned.config, "tuned", by_config)
+        with self._lock:
+            self._by_key[key] = d
+            for raw in [r for r, x in self._decisions.items() if x.key == key]:
+                del self._decisions[raw]  # in place: launch closures hold this dict
+            self.pending.pop(key, None)
+        return d
+
+    def tune_pending(self) -> list[Decision]:
+        """Tune every key that was answered from its nearest neighbour (on_new_key="nearest")."""
+        done = []
+        for key, (grid, args, kwargs) in list(self.pending.items()):
+            real_args, real_kwargs = _materialize(args), {k: _materialize((v,))[0] for k, v in kwargs.items()}
+            done.append(self.tune(*real_args, grid=grid, **real_kwargs))
+        return done
+
+    def decisions(self) -> dict[TuningKey, Decision]:
+        """Every key decided in this process."""
+        return dict(self._by_key)
+
+    def forget(self) -> None:
+        """Drop the in-memory decisions (the database keeps its records)."""
+        with self._lock:
+            self._decisions.clear()
+            self._by_key.clear()
+
+    def warmup(self, *args: Any, grid: Any, **kwargs: Any) -> list[Any]:
+        """Compile every candidate for these arguments without running or tuning."""
+        space = self._space_for(args, kwargs).space
+        return [self.fn.warmup(*args, grid=grid, **kwargs, **launch_kwargs(c)) for c in enumerate_space(space)]
+
+    def __repr__(self) -> str:
+        return f"AutotunedKernel({self.name}, key={self.keys})"
+
+
+_KERNELS: "weakref.WeakSet[AutotunedKernel]" = weakref.WeakSet()
+
+
+def all_kernels() -> list[AutotunedKernel]:
+    """Every autotuned kernel alive in this process (for offline tuning and export)."""
+    return list(_KERNELS)
+
+
+def _prune(configs: list[Any], prune: Mapping[str, Any] | None, nargs: dict[str, Any],
+           kwargs: dict[str, Any]) -> list[Any]:
+    """Apply triton.autotune's prune_configs_by: early_config_prune, then perf_model top_k."""
+    if not prune:
+        return configs
+    early, model, top_k = prune.get("early_config_prune"), prune.get("perf_model"), prune.get("top_k", 1.0)
+    if early is not None:
+        configs = list(early(configs, nargs, **kwargs))
+        if not configs:
+            raise ValueError("prune_configs_by's early_config_prune returned no configurations; "
+                             "it must return at least one")
+    if model is not None:
+        if isinstance(top_k, float) and top_k <= 1.0:
+            top_k = max(1, int(len(configs) * top_k))
+        elif not isinstance(top_k, int):
+            raise TypeError("prune_configs_by's top_k must be a float <= 1.0 or an int")
+        if len(configs) > top_k:
+            est = {i: model(**nargs, **kwargs, **c.all_kwargs()) for i, c in enumerate(configs)}
+            configs = [configs[i] for i in sorted(est, key=est.__getitem__)[:top_k]]
+    return configs
+
+
+def _is_interpreted(fn: Any) -> bool:
+    seen = 0
+    while fn is not None and seen < 16:
+        if type(fn).__name__ == "InterpretedFunction":
+            return True
+        fn = getattr(fn, "fn", None)
+        seen += 1
+    return False
+
+
+@dataclass(frozen=True)
+class _TensorSpec:
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: Any
+    device: Any
+
+
+def _describe(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Arguments kept for tuning later: float tensors by description, other tensors copied."""
+    def one(x: Any) -> Any:
+        if not is_tensor(x):
+            return x
+        if x.is_floating_point():
+            return _TensorSpec(tuple(x.shape), tuple(x.stride()), x.dtype, x.device)
+        return x.detach().clone()
+
+    return tuple(one(a) for a in args), {k: one(v) for k, v in kwargs.items()}
+
+
+def _materialize(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    import torch
+
+    return tuple(torch.empty_strided(v.shape, v.stride, dtype=v.dtype, device=v.device)
+                 if isinstance(v, _TensorSpec) else v for v in values)
+
+
+__all__ = ["AutotunedKernel", "Decision", "DoBenchTimer"]

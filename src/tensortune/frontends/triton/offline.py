@@ -1,0 +1,142 @@
+"""Tuning ahead of time for a list of shapes, and shipping the records.
+
+A tuning target is either an autotuned kernel that knows how to make its arguments
+from a shape (`@kernel.inputs`), or any Python function that takes the shape as
+keyword arguments and launches autotuned kernels (each tunes its key on first launch).
+The records of every key decided are then exported as JSON lines; a package ships
+that file and passes it to `@tensortune.autotune(records=...)`, which imports it on
+first use, so users' processes measure nothing.
+
+Example:
+    >>> parse_shape("M=4096, N=1024, dtype=float16")
+    {'M': 4096, 'N': 1024, 'dtype': 'float16'}
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...db import Database, Workload
+from .kernel import AutotunedKernel, Decision, all_kernels
+
+
+def parse_shape(text: str) -> dict[str, Any]:
+    """`"M=4096,N=1024,dtype=float16"` -> {"M": 4096, "N": 1024, "dtype": "float16"}."""
+    shape: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise ValueError(f"shape {text!r}: {part!r} is not NAME=VALUE")
+        value = value.strip()
+        try:
+            shape[name.strip()] = int(value)
+        except ValueError:
+            try:
+                shape[name.strip()] = float(value)
+            except ValueError:
+                shape[name.strip()] = value
+    if not shape:
+        raise ValueError(f"shape {text!r} names no values")
+    return shape
+
+
+def load_object(spec: str) -> Any:
+    """`package.module:name` or `path/to/file.py:name` -> the object."""
+    where, sep, attr = spec.rpartition(":")
+    if not sep or not where or not attr:
+        raise ValueError(f"{spec!r} is not MODULE:NAME (or FILE.py:NAME)")
+    if where.endswith(".py") or os.sep in where:
+        path = Path(where).resolve()
+        if not path.exists():
+            raise FileNotFoundError(f"{path} does not exist")
+        name = path.stem
+        sys.path.insert(0, str(path.parent))
+        module = importlib.import_module(name)
+    else:
+        module = importlib.import_module(where)
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise AttributeError(f"{where} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class ShapeReport:
+    """What tuning one shape decided, per kernel key."""
+
+    shape: Mapping[str, Any]
+    decisions: tuple[tuple[str, Decision], ...]  # (kernel name, decision)
+    trials: int
+    kernels: tuple[AutotunedKernel, ...] = ()  # the kernels that decided, for export
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": dict(self.shape), "trials": self.trials,
+                "decisions": [{"kernel": name, "key": d.key.as_dict(), "config": d.config.as_dict(),
+                               "source": d.source} for name, d in self.decisions]}
+
+
+def tune_shapes(target: Any, shapes: Iterable[Mapping[str, Any]], *, budget: Any = None,
+                strategy: Any = None, force: bool = False) -> list[ShapeReport]:
+    """Tune `target` for each shape (see the module doc for what a target is)."""
+    reports = []
+    for shape in shapes:
+        if isinstance(target, AutotunedKernel):
+            if target.make_inputs is None:
+                raise TypeError(f"{target.name} cannot make its arguments from a shape; register a function "
+                                f"with @{target.base_fn.__name__}.inputs, or pass a function that launches it")
+            grid, args, kwargs = _split_inputs(target.make_inputs(**shape))
+            d = target.tune(*args, grid=grid, budget=budget, strategy=strategy, force=force, **kwargs)
+            decided = [(target, d)]
+        elif callable(target):
+            seen = {id(k): set(k.decisions()) for k in all_kernels()}
+            target(**shape)
+            decided = [(k, d) for k in all_kernels() for key, d in k.decisions().items()
+                       if key not in seen.get(id(k), set())]
+        else:
+            raise TypeError(f"cannot tune {target!r}: not an autotuned kernel or a function")
+        trials = sum(k.tunings[d.key].result.trials for k, d in decided
+                     if d.source == "tuned" and d.key in k.tunings)
+        reports.append(ShapeReport(dict(shape), tuple((k.name, d) for k, d in decided), trials,
+                                   tuple(k for k, _ in decided)))
+    return reports
+
+
+def _split_inputs(made: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    if isinstance(made, tuple) and len(made) in (2, 3):
+        grid, args = made[0], tuple(made[1])
+        kwargs = dict(made[2]) if len(made) == 3 else {}
+        return grid, args, kwargs
+    raise TypeError("an inputs function must return (grid, args) or (grid, args, kwargs)")
+
+
+def export_workloads(db: Database, workloads: Iterable[Workload], path: str | os.PathLike[str]) -> int:
+    """Write every record of these workloads (all targets) as JSON lines; returns the count."""
+    wanted = {(w.name, w.source_hash, w.key_json) for w in workloads}
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for rec in db.all_records():
+            w = rec.workload
+            if (w.name, w.source_hash, w.key_json) in wanted:
+                f.write(json.dumps(rec.to_json(), sort_keys=True) + "\n")
+                n += 1
+    return n
+
+
+def decided_workloads(reports: Iterable[ShapeReport]) -> list[tuple[AutotunedKernel, Workload]]:
+    """The workload of every key the reports decided from records or by tuning."""
+    out = []
+    for r in reports:
+        for k, (_, d) in zip(r.kernels, r.decisions):
+            if d.source in ("tuned", "recorded"):
+                out.append((k, Workload.make(k.name, k.source, d.key.as_dict())))
+    return out

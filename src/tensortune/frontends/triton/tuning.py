@@ -1,0 +1,110 @@
+"""Tune one key of a Triton kernel: search, confirm the winner, record it as final.
+
+The search is the common `Tuner` loop (every result committed to the database the
+moment it exists, earlier records of the key told to the strategy first). Afterwards
+the candidates within 3% of the best are re-timed interleaved (`confirm_winners`) and
+the winner's confirming times are written as the key's *final* record, which is what
+later processes read instead of measuring.
+
+Example (under TRITON_INTERPRET=1 see tests/test_triton_autotune.py):
+    >>> from tensortune.tuner import Budget
+    >>> default_budget(space_size=216, listed=True)
+    Budget(trials=216, seconds=None)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ...db import Database, Target, Workload
+from ...measure import Builder, MeasureResult
+from ...space import Config, Space
+from ...tuner import Budget, TuneResult, Tuner
+from .runner import LaunchRunner
+
+SPACE_DEFAULT_TRIALS = 100
+
+
+class TuningFailed(RuntimeError):
+    """Every candidate of a key failed; the message lists why, per configuration."""
+
+
+def default_budget(space_size: int, listed: bool) -> Budget:
+    """A list of configurations is measured whole (as triton.autotune does); a space gets
+    at most SPACE_DEFAULT_TRIALS measurements."""
+    return Budget(trials=space_size if listed else min(space_size, SPACE_DEFAULT_TRIALS))
+
+
+@dataclass(frozen=True)
+class KeyTuning:
+    """The outcome of tuning one key."""
+
+    config: Config
+    result: TuneResult
+    final: MeasureResult
+
+
+def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: Target, db: Database,
+             budget: Budget, strategy: Any = "auto", seed: int | None = 0, builder: Builder | None = None,
+             batch_size: int | None = None, progress: bool = False, description: str = "",
+             confirm: bool = True) -> KeyTuning:
+    """Search `space` for `workload` on `target`, confirm the winner and record it."""
+    size = space.size if space.size_is_exact else math.inf
+    covers = budget.trials is not None and budget.trials >= size
+    if batch_size is None:
+        jobs = getattr(builder, "jobs", 1) if builder is not None else 1
+        batch_size = int(budget.trials) if covers and budget.trials else max(8, jobs)
+    tuner = Tuner(space, runner, workload=workload, target=target, db=db, builder=builder,
+                  strategy=strategy, budget=budget, seed=seed, batch_size=batch_size, progress=progress,
+                  description=description or workload.name)
+    result = tuner.run()
+    ok = [r for r in result.history if r.ok]
+    if not ok:
+        raise TuningFailed(_failure_report(workload, result))
+    final = _confirm(runner, ok, enabled=confirm)
+    final = MeasureResult(final.config, final.times, compile_seconds=final.compile_seconds,
+                          run_seconds=final.run_seconds,
+                          extra={**final.extra, "final": True, "trials": result.trials,
+                                 "reused": result.reused, "failures": result.failures,
+                                 "strategy": tuner.strategy.name or "custom",
+                                 "tuning_seconds": round(result.seconds, 3)})
+    db.add(workload, target, final, strategy=tuner.strategy.name, session=result.session)
+    return KeyTuning(final.config, result, final)
+
+
+def _confirm(runner: LaunchRunner, ok: list[MeasureResult], enabled: bool) -> MeasureResult:
+    """Re-time near-ties interleaved; the winner's result carries the confirmation."""
+    by_config = {}
+    for r in ok:  # the latest result per configuration
+        by_config[r.config] = r
+    ranked = sorted(by_config.values(), key=lambda r: r.time)
+    best = ranked[0]
+    if not enabled:
+        return best
+    try:
+        from ...measure.confirm import confirm_winners, near_ties
+    except ImportError:  # pragma: no cover - measurement layer without confirmation
+        return best
+    ties = near_ties(ranked, within=0.03, limit=6)
+    candidates: dict[Config, Callable[[], object]] = {r.config: runner.rerun(r.config) for r in ties}
+    try:
+        confirmation = confirm_winners(candidates, runner.timer, prior={r.config: r.time for r in ties},
+                                       within=0.03, rounds=3 if len(ties) > 1 else 1)
+    except Exception as exc:  # noqa: BLE001 - keep the search's winner, say why it was not confirmed
+        return MeasureResult(best.config, best.times, extra={"confirmed": False,
+                                                             "confirm_error": f"{type(exc).__name__}: {exc}"})
+    winner = confirmation.winner
+    times = confirmation.times.get(winner) or by_config[winner].times
+    return MeasureResult(winner, tuple(times), extra=confirmation.as_extra())
+
+
+def _failure_report(workload: Workload, result: TuneResult) -> str:
+    lines = [f"every configuration of {workload.id_text} failed ({len(result.history)} tried):"]
+    for r in result.history[:20]:
+        lines.append(f"  {r.config.to_json()}: {r.error}: {r.message.splitlines()[0] if r.message else ''}")
+    if len(result.history) > 20:
+        lines.append(f"  ... and {len(result.history) - 20} more (see `tensortune db show`)")
+    return "\n".join(lines)

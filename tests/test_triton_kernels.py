@@ -1,0 +1,99 @@
+"""Small Triton kernels for the autotune tests (run under TRITON_INTERPRET=1 on the CPU).
+
+This module is imported by the other tests and by the second process of the
+persistence test, so the kernels' source (and so their records) is the same in both.
+Its own tests check the kernels themselves, launched directly with one configuration.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before any @triton.jit below is created
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+
+if os.environ.get("TRITON_INTERPRET") != "1":  # pragma: no cover - a GPU run of these tests
+    pytest.skip("the Triton frontend tests run under TRITON_INTERPRET=1", allow_module_level=True)
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                  stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr, BUG: tl.constexpr = 0):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        kk = k * BLOCK_K + offs_k
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + kk[None, :] * stride_ak,
+                    mask=(offs_m[:, None] < M) & (kk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + kk[:, None] * stride_bk + offs_n[None, :] * stride_bn,
+                    mask=(kk[:, None] < K) & (offs_n[None, :] < N), other=0.0)
+        acc += tl.dot(a, b, input_precision="ieee")
+    if BUG:  # a deliberately wrong configuration for the failure tests
+        acc = acc * 1.5
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, acc,
+             mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def softmax_kernel(x_ptr, y_ptr, n_cols, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride + offs, mask=offs < n_cols, other=-float("inf"))
+    x = x - tl.max(x, axis=0)
+    e = tl.exp(x)
+    tl.store(y_ptr + row * stride + offs, e / tl.sum(e, axis=0), mask=offs < n_cols)
+
+
+@triton.jit
+def scale_inplace_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) * factor, mask=mask)
+
+
+@triton.jit
+def sum_atomic_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.atomic_add(out_ptr, tl.sum(tl.load(x_ptr + offs, mask=offs < n, other=0.0), axis=0))
+
+
+def matmul_args(M: int, N: int, K: int, dtype=None, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(M, K, generator=g, dtype=dtype or torch.float32)
+    b = torch.randn(K, N, generator=g, dtype=dtype or torch.float32)
+    c = torch.empty(M, N, dtype=dtype or torch.float32)
+    return (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+
+
+def matmul_grid(M: int, N: int):
+    return lambda meta: (triton.cdiv(M, meta["BLOCK_M"]), triton.cdiv(N, meta["BLOCK_N"]))
+
+
+def test_matmul_kernel_matches_torch():
+    args = matmul_args(20, 24, 40)
+    matmul_kernel[matmul_grid(20, 24)](*args, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+    torch.testing.assert_close(args[2], args[0] @ args[1], rtol=1e-4, atol=1e-4)
+
+
+def test_softmax_kernel_matches_torch():
+    x = torch.randn(5, 30)
+    y = torch.empty_like(x)
+    softmax_kernel[(5,)](x, y, 30, x.stride(0), BLOCK=32)
+    torch.testing.assert_close(y, torch.softmax(x, dim=1))
+
+
+def test_inplace_kernel_scales():
+    x = torch.randn(100)
+    want = x * 3
+    scale_inplace_kernel[(4,)](x, 100, 3.0, BLOCK=32)
+    torch.testing.assert_close(x, want)
