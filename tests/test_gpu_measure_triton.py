@@ -1,0 +1,107 @@
+"""Triton on the CPU: a real kernel measured in an isolated worker under TRITON_INTERPRET=1,
+real ahead-of-time compilation for an H100 (sm_90) with Triton's bundled assembler, and the
+compile pool's adaptive timeout and crash handling."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+
+import pytest
+
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+
+from tensortune.measure import BuildResult, ErrorKind  # noqa: E402
+from tensortune.measure.cuda_timer import CudaTimer  # noqa: E402
+from tensortune.measure.gpu import GpuRunner, GpuTask, TensorArg  # noqa: E402
+from tensortune.measure.triton_compile import (  # noqa: E402
+    AdaptiveTimeout, ParallelCompiler, kernel_reference, precompile)
+from tensortune.space import Config  # noqa: E402
+
+N = 300
+
+
+@triton.jit
+def scale_kernel(x, out, n, alpha, BLOCK: tl.constexpr, SKIP_TAIL: tl.constexpr = 0, UNUSED: tl.constexpr = 0):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n - SKIP_TAIL  # SKIP_TAIL > 0 is a bug: the last elements are never written
+    tl.store(out + offs, tl.load(x + offs, mask=mask) * alpha, mask=mask)
+
+
+def launch_scale(config, x, out, n, alpha):
+    scale_kernel[(triton.cdiv(n, config["BLOCK"]),)](x, out, n, alpha, **config)
+
+
+def reference_scale(x, out, n, alpha):
+    return x * alpha
+
+
+def test_triton_kernel_in_an_isolated_interpreter_worker():
+    task = GpuTask(launch_scale, (TensorArg((N,)), TensorArg((N,), output=True), N, 1.5),
+                   reference=reference_scale, device="cpu",
+                   timer=CudaTimer(clock="host", budget_seconds=0, warmup_seconds=0, min_repeats=2))
+    builds = [BuildResult(Config(BLOCK=b)) for b in (64, 128)] + [BuildResult(Config(BLOCK=128, SKIP_TAIL=1))]
+    with GpuRunner(task, timeout=60, env={"TRITON_INTERPRET": "1"}) as runner:
+        results = {r.config: r for r in runner.run(builds)}
+    assert results[Config(BLOCK=64)].ok and results[Config(BLOCK=128)].ok
+    bad = results[Config(BLOCK=128, SKIP_TAIL=1)]
+    assert bad.error is ErrorKind.WRONG_RESULT and "1 of 300 elements are NaN" in bad.message
+
+
+def test_precompile_for_sm90_without_a_gpu_dedups_identical_binaries(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    cache = tmp_path / "triton-cache"
+    configs = [Config(BLOCK=64, num_warps=2), Config(BLOCK=64, num_warps=2, UNUSED=7),
+               Config(BLOCK=128, num_warps=4), Config(BLOCK=100, num_warps=4)]  # arange needs a power of 2
+    results = precompile(kernel_reference(scale_kernel), configs,
+                         [TensorArg((N,)), TensorArg((N,), output=True), N, 1.5],
+                         target=("cuda", 90, 32), jobs=2, env={"TRITON_CACHE_DIR": str(cache)})
+    assert [r.config for r in results] == configs
+    a, same, other, broken = results
+    assert a.ok and same.ok and other.ok, [r.message for r in results]
+    assert a.artifact.binary_digest == same.artifact.binary_digest != other.artifact.binary_digest
+    assert a.artifact.kernel_hash != same.artifact.kernel_hash  # different Triton keys, one binary
+    assert broken.error is ErrorKind.COMPILE_ERROR and broken.message
+    assert len(list(cache.rglob("scale_kernel.cubin"))) == 3  # in Triton's cache for the launch to find
+
+
+def test_precompile_is_a_no_op_under_the_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    results = precompile(scale_kernel, [{"BLOCK": 64}], [TensorArg((N,))], target=("cuda", 90, 32))
+    assert [(r.ok, r.artifact) for r in results] == [(True, None)]
+
+
+def fake_compile(config):
+    if config["mode"] == "hang":
+        time.sleep(3600)
+    if config["mode"] == "crash":
+        ctypes.string_at(0)
+    if config["mode"] == "error":
+        raise ValueError("no such instruction")
+    time.sleep(0.02)
+    return config["mode"]
+
+
+def test_compile_pool_adapts_its_timeout_and_survives_hangs_and_crashes():
+    timeout = AdaptiveTimeout(initial=30, minimum=0.5, factor=3, min_samples=3)
+    configs = [Config(mode="ok", i=i) for i in range(3)] + [Config(mode="hang"), Config(mode="crash"),
+                                                            Config(mode="error"), Config(mode="ok", i=9)]
+    with ParallelCompiler(fake_compile, jobs=1, timeout=timeout) as pool:
+        results = pool.build(configs)
+        restarts = pool.restarts
+    kinds = [r.error for r in results]
+    assert kinds == [None] * 3 + [ErrorKind.TIMEOUT, ErrorKind.CRASHED, ErrorKind.RUNTIME_ERROR, None]
+    limit = float(results[3].message.split("within ")[1].split(" s")[0])
+    assert limit < 30 and limit == pytest.approx(max(0.5, 3 * max(r.compile_seconds for r in results[:3])), abs=0.06)
+    assert results[-1].artifact == "ok" and restarts == 2
+
+
+def test_adaptive_timeout_follows_the_observed_quantile():
+    t = AdaptiveTimeout(initial=60, minimum=10, factor=4, min_samples=4)
+    assert t.current() == 60
+    for s in (1.0, 2.0, 3.0, 4.0):
+        t.observe(s)
+    assert t.current() == 16.0
+    t.observe(100.0)
+    assert t.current() == 60  # never above the initial limit
