@@ -1,0 +1,241 @@
+"""C code for a lowered tensor-expression program (`te.ir.LoweredFunc`).
+
+Parallel loops become `#pragma omp parallel for`, vectorized loops `#pragma omp simd`
+(measured against GCC vector extensions on hand-written kernels: no slower, and they
+handle guarded tails), unrolled loops `#pragma GCC unroll`; local tiles are stack arrays
+that GCC keeps in registers once the loops around them are unrolled and vectorized.
+Arguments are `restrict` pointers; the function returns 0, or 1 if a temporary could
+not be allocated.
+
+Example:
+    >>> from tensortune import te
+    >>> A = te.placeholder((8,), name="A")
+    >>> B = te.compute((8,), lambda i: A[i] * 2.0, name="B")
+    >>> s = te.create_schedule(B)
+    >>> s[B].vectorize("i")
+    >>> src = generate_c(s.lower("double_it"))
+    >>> "#pragma omp simd" in src and "int double_it(const float* restrict A, float* restrict B)" in src
+    True
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..te.affine import Range, interval
+from ..te.dtype import c_type, is_float
+from ..te.expr import (Binary, Buffer, BufferLoad, Call, Cast, Compare, Const, Expr, Logical, Not, Select, Var,
+                       const)
+from ..te.ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, walk_stmts
+from ..te.lower import normalize_index
+
+FLAGS = ("-ffp-contract=fast", "-fno-math-errno")  # FMA contraction is off by default under -std=c11
+STACK_LIMIT = 1 << 20  # local tiles larger than this go to the heap
+
+_C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if
+inline int long register restrict return short signed sizeof static struct switch typedef union unsigned void
+volatile while main free malloc abs exp log sqrt tanh""".split())
+
+_PRELUDE = r"""#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline int tt_floordiv(int a, int b) { int q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }
+static inline int tt_floormod(int a, int b) { int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline float tt_max_float(float a, float b) { return a > b ? a : b; }
+static inline float tt_min_float(float a, float b) { return a < b ? a : b; }
+static inline double tt_max_double(double a, double b) { return a > b ? a : b; }
+static inline double tt_min_double(double a, double b) { return a < b ? a : b; }
+static inline int tt_max_int(int a, int b) { return a > b ? a : b; }
+static inline int tt_min_int(int a, int b) { return a < b ? a : b; }
+static inline void* tt_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
+"""
+
+_F32 = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "abs": "fabsf", "erf": "erff"}
+_F64 = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "abs": "fabs", "erf": "erf"}
+_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def generate_c(func: LoweredFunc) -> str:
+    """The C source of `func` (one exported function named `func.name`)."""
+    return _CodeGen(func).run()
+
+
+class _CodeGen:
+    def __init__(self, func: LoweredFunc) -> None:
+        self.func = func
+        self.names: dict[object, str] = {}
+        self.taken = set(_C_KEYWORDS) | {func.name}
+        self.ranges: dict[Expr, Range] = {}
+        self.lines: list[str] = []
+        loops = [s for s in walk_stmts(func.body) if isinstance(s, For)]
+        short: dict[str, set[str]] = {}
+        for f in loops:
+            short.setdefault(f.loop, set()).add(f.var.name)
+        for b in func.args:
+            self._name(b, b.name)
+        for s in walk_stmts(func.body):
+            if isinstance(s, Allocate):
+                self._name(s.buffer, s.buffer.name)
+        for f in loops:
+            self.ranges[f.var] = (0, f.extent - 1)
+            if f.var not in self.names:
+                self._name(f.var, f.loop if len(short[f.loop]) == 1 else f.var.name)
+
+    def _name(self, key: object, text: str) -> str:
+        base = re.sub(r"\W", "_", text) or "v"
+        if base[0].isdigit():
+            base = "v" + base
+        name, n = base, 1
+        while name in self.taken:
+            name, n = f"{base}_{n}", n + 1
+        self.taken.add(name)
+        self.names[key] = name
+        return name
+
+    def run(self) -> str:
+        written = {b.name for s in walk_stmts(self.func.body) if isinstance(s, Store) for b in [s.buffer]}
+        params = []
+        for b in self.func.args:
+            const_ = "" if b.name in written else "const "
+            params.append(f"{const_}{c_type(b.dtype)}* restrict {self.names[b]}")
+        self.lines.append(f"int {self.func.name}({', '.join(params)}) {{")
+        heap: list[Buffer] = []
+        body = self.func.body
+        while isinstance(body, Allocate) and body.buffer.scope == "global":
+            heap.append(body.buffer)
+            body = body.body
+        for b in heap:
+            t = c_type(b.dtype)
+            self.lines.append(f"  {t}* restrict {self.names[b]} = ({t}*)tt_alloc({b.size}ul * sizeof({t}));")
+        if heap:
+            cond = " || ".join(f"!{self.names[b]}" for b in heap)
+            frees = " ".join(f"free({self.names[b]});" for b in heap)
+            self.lines.append(f"  if ({cond}) {{ {frees} return 1; }}")
+        self.stmt(body, 1)
+        for b in heap:
+            self.lines.append(f"  free({self.names[b]});")
+        self.lines.append("  return 0;")
+        self.lines.append("}")
+        return _PRELUDE + "\n" + "\n".join(self.lines) + "\n"
+
+    # -- statements --
+
+    def stmt(self, s: Stmt, depth: int) -> None:
+        pad = "  " * depth
+        if isinstance(s, Seq):
+            for c in s.stmts:
+                self.stmt(c, depth)
+        elif isinstance(s, For):
+            v = self.names[s.var]
+            if s.kind == "parallel":
+                self.lines.append(f"{pad}#pragma omp parallel for schedule(static)")
+            elif s.kind == "vectorize":
+                self.lines.append(f"{pad}#pragma omp simd")
+            elif s.kind == "unroll":
+                self.lines.append(f"{pad}#pragma GCC unroll {s.extent}")
+            self.lines.append(f"{pad}for (int {v} = 0; {v} < {s.extent}; ++{v}) {{")
+            self.stmt(s.body, depth + 1)
+            self.lines.append(f"{pad}}}")
+        elif isinstance(s, IfThenElse):
+            self.lines.append(f"{pad}if ({self.expr(s.cond)}) {{")
+            self.stmt(s.then, depth + 1)
+            self.lines.append(f"{pad}}}")
+        elif isinstance(s, Store):
+            self.lines.append(f"{pad}{self.access(s.buffer, s.indices)} = {self.expr(s.value)};")
+        elif isinstance(s, Allocate):
+            self.allocate(s, depth)
+        else:
+            raise TypeError(f"cannot generate C for {type(s).__name__}")
+
+    def allocate(self, s: Allocate, depth: int) -> None:
+        pad = "  " * depth
+        b, name, t = s.buffer, self.names[s.buffer], c_type(s.buffer.dtype)
+        bytes_ = b.size * (2 if b.dtype == "float16" else 8 if b.dtype == "float64" else 4)
+        self.lines.append(f"{pad}{{")
+        if bytes_ <= STACK_LIMIT:
+            self.lines.append(f"{pad}  {t} {name}[{b.size}] __attribute__((aligned(64)));")
+            self.stmt(s.body, depth + 1)
+        else:
+            self.lines.append(f"{pad}  {t}* restrict {name} = ({t}*)tt_alloc({b.size}ul * sizeof({t}));")
+            self.lines.append(f"{pad}  if (!{name}) abort();")
+            self.stmt(s.body, depth + 1)
+            self.lines.append(f"{pad}  free({name});")
+        self.lines.append(f"{pad}}}")
+
+    def access(self, b: Buffer, indices: tuple[Expr, ...]) -> str:
+        flat: Expr = const(0)
+        stride = 1
+        for ix, n in zip(reversed(indices), reversed(b.shape)):
+            flat = Binary("add", flat, ix if stride == 1 else Binary("mul", ix, const(stride)))
+            stride *= n
+        return f"{self.names[b]}[{self.expr(normalize_index(flat))}]"
+
+    # -- expressions --
+
+    def expr(self, e: Expr) -> str:
+        if isinstance(e, Const):
+            return _literal(e)
+        if isinstance(e, Var):
+            return self.names.get(e) or re.sub(r"\W", "_", e.name)
+        if isinstance(e, BufferLoad):
+            return self.access(e.buffer, e.indices)
+        if isinstance(e, Binary):
+            a, b = self.expr(e.a), self.expr(e.b)
+            if e.op in ("min", "max"):
+                return f"tt_{e.op}_{c_type(e.dtype) if e.dtype != 'float16' else 'float'}({a}, {b})"
+            if e.op in ("floordiv", "mod"):
+                if self._nonneg(e.a) and isinstance(e.b, Const) and int(e.b.value) > 0:
+                    return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"
+                return f"tt_floor{'div' if e.op == 'floordiv' else 'mod'}({a}, {b})"
+            return f"({a} {dict(add='+', sub='-', mul='*', div='/')[e.op]} {b})"
+        if isinstance(e, Compare):
+            return f"({self.expr(e.a)} {_COMPARE[e.op]} {self.expr(e.b)})"
+        if isinstance(e, Logical):
+            return f"({self.expr(e.a)} {'&&' if e.op == 'and' else '||'} {self.expr(e.b)})"
+        if isinstance(e, Not):
+            return f"(!{self.expr(e.a)})"
+        if isinstance(e, Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.then)} : {self.expr(e.other)})"
+        if isinstance(e, Cast):
+            return f"(({c_type(e.dtype)}){self.expr(e.value)})"
+        if isinstance(e, Call):
+            return self.call(e)
+        raise TypeError(f"cannot generate C for {e!r}")
+
+    def call(self, e: Call) -> str:
+        x = self.expr(e.args[0])
+        if e.dtype == "float64":
+            fn, one = _F64, "1.0"
+        else:
+            fn, one = _F32, "1.0f"
+            if e.dtype == "float16":
+                x = f"((float){x})"
+        if e.name == "sigmoid":
+            out = f"({one} / ({one} + {fn['exp']}(-{x})))"
+        else:
+            out = f"{fn[e.name]}({x})"
+        return f"((_Float16){out})" if e.dtype == "float16" else out
+
+    def _nonneg(self, e: Expr) -> bool:
+        r = interval(e, self.ranges)
+        return r is not None and r[0] >= 0
+
+
+def _literal(c: Const) -> str:
+    if c.dtype == "bool":
+        return "1" if c.value else "0"
+    if not is_float(c.dtype):
+        return f"({c.value})" if int(c.value) < 0 else str(int(c.value))
+    v = float(c.value)
+    if v != v:
+        text = "NAN"
+    elif v in (float("inf"), float("-inf")):
+        text = "INFINITY" if v > 0 else "(-INFINITY)"
+    else:
+        text = repr(v)
+        if c.dtype != "float64":
+            text += "f"
+        if v < 0:
+            text = f"({text})"
+    return f"((_Float16){text})" if c.dtype == "float16" else text

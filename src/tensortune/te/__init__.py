@@ -1,0 +1,37 @@
+"""Tensor expressions: write the math once, schedule it separately, compile it to C.
+
+Example:
+    >>> import numpy as np
+    >>> from tensortune import te
+    >>> C = te.parse("C(m, n) +=! A(m, k) * B(k, n)", A=(32, 16), B=(16, 24))
+    >>> A, B = te.placeholders(C)
+    >>> s = te.create_schedule(C)
+    >>> mo, no, mi, ni = s[C].tile("m", "n", 8, 8)
+    >>> s[C].reorder(mo, no, "k", mi, ni)
+    >>> s[C].vectorize(ni)
+    >>> f = te.build(s, [A, B, C])
+    >>> a, b = np.ones((32, 16), "float32"), np.ones((16, 24), "float32")
+    >>> float(f(a, b)[0, 0])
+    16.0
+"""
+
+from __future__ import annotations
+
+from .build import Kernel, build
+from .dtype import TEError
+from .expr import Expr, IterVar, Var, const
+from .interpret import evaluate
+from .ir import LoweredFunc
+from .ops import (abs, all, any, cast, equal, erf, exp, if_then_else, log, max, maximum, min, minimum, not_equal,
+                  reduce_axis, select, sigmoid, sqrt, sum, tanh)
+from .parse import parse
+from .schedule import Loop, Schedule, Stage, create_schedule
+from .steps import Step, steps_from_json, steps_to_json
+from .tensor import Tensor, compute, graph, placeholder, placeholders
+
+__all__ = [
+    "Expr", "IterVar", "Kernel", "Loop", "LoweredFunc", "Schedule", "Stage", "Step", "TEError", "Tensor", "Var",
+    "abs", "all", "any", "build", "cast", "compute", "const", "create_schedule", "equal", "erf", "evaluate", "exp",
+    "graph", "if_then_else", "log", "max", "maximum", "min", "minimum", "not_equal", "parse", "placeholder",
+    "placeholders", "reduce_axis", "select", "sigmoid", "sqrt", "steps_from_json", "steps_to_json", "sum", "tanh",
+]

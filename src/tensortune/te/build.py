@@ -1,0 +1,134 @@
+"""`te.build`: lower a schedule, generate C, compile it and call it on NumPy arrays.
+
+Example:
+    >>> import numpy as np
+    >>> from tensortune import te
+    >>> A = te.placeholder((3, 4), name="A")
+    >>> T = te.compute((4, 3), lambda i, j: A[j, i], name="T")
+    >>> f = te.build(te.create_schedule(T), [A, T])
+    >>> a = np.arange(12, dtype="float32").reshape(3, 4)
+    >>> bool((f(a) == a.T).all())
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .dtype import TEError, numpy_dtype
+from .ir import LoweredFunc
+from .schedule import Schedule
+from .tensor import Tensor
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A compiled program. Call it with the inputs (outputs are allocated and returned)
+    or with every argument in `args` order (outputs are written in place and returned)."""
+
+    schedule: Schedule
+    args: tuple[Tensor, ...]
+    func: LoweredFunc
+    source: str
+    library: Path
+    flags: tuple[str, ...]
+    _fn: Any
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return tuple(t for t in self.args if t.is_placeholder)
+
+    @property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return tuple(t for t in self.args if not t.is_placeholder)
+
+    def __call__(self, *arrays: np.ndarray) -> Any:
+        if len(arrays) == len(self.args):
+            given = dict(zip((t.name for t in self.args), arrays))
+        elif len(arrays) == len(self.inputs):
+            given = dict(zip((t.name for t in self.inputs), arrays))
+            for t in self.outputs:
+                given[t.name] = np.empty(t.shape, numpy_dtype(t.dtype))
+        else:
+            raise TEError(f"kernel takes its {len(self.inputs)} inputs ({', '.join(t.name for t in self.inputs)}) "
+                          f"or all {len(self.args)} arguments, got {len(arrays)} arrays")
+        ptrs = []
+        for t in self.args:
+            arr = given[t.name]
+            if not isinstance(arr, np.ndarray):
+                raise TEError(f"argument {t.name!r} must be a numpy array, got {type(arr).__name__}")
+            if arr.dtype != numpy_dtype(t.dtype) or arr.shape != t.shape:
+                raise TEError(f"argument {t.name!r} must be {t.dtype}{list(t.shape)}, got {arr.dtype}{list(arr.shape)}")
+            if not t.is_placeholder:
+                if not (arr.flags.c_contiguous and arr.flags.writeable):
+                    raise TEError(f"output {t.name!r} must be a writable C-contiguous array")
+                for other in self.args:
+                    if other is not t and np.may_share_memory(arr, given[other.name]):
+                        raise TEError(f"output {t.name!r} shares memory with argument {other.name!r}")
+            else:
+                arr = given[t.name] = np.ascontiguousarray(arr)
+            ptrs.append(arr.ctypes.data)
+        if self._fn(*ptrs) != 0:
+            raise MemoryError(f"kernel {self.func.name!r} could not allocate its temporaries")
+        outs = tuple(given[t.name] for t in self.outputs)
+        return outs[0] if len(outs) == 1 else outs
+
+    def problem(self, rtol: float | None = None, atol: float | None = None) -> Any:
+        """This kernel as a `CProblem`, for timing in an isolated worker (`CRunner`) with a
+        check against the NumPy interpreter on fresh random inputs."""
+        from ..backends.c_kernel import ArrayArg, CProblem
+        arrays = tuple(ArrayArg(t.name, t.shape, t.dtype, "in" if t.is_placeholder else "out") for t in self.args)
+        tol = default_tolerance(self.args)
+        return CProblem(self.source, self.func.name, arrays,
+                        functools.partial(reference_outputs, self.outputs),
+                        rtol=tol if rtol is None else rtol, atol=tol if atol is None else atol, flags=self.flags)
+
+
+def default_tolerance(args: Sequence[Tensor]) -> float | None:
+    """Float32 programs with reductions get 1e-3 (summation order differs); else None."""
+    from .tensor import graph
+    tensors = graph([t for t in args if not t.is_placeholder])
+    if any(t.dtype == "float16" for t in args):
+        return 2e-2
+    if any(t.op is not None and t.op.reduce_axes for t in tensors) and any(t.dtype == "float32" for t in args):
+        return 1e-3
+    return None
+
+
+def reference_outputs(outputs: tuple[Tensor, ...], **arrays: np.ndarray) -> dict[str, np.ndarray]:
+    """The interpreter's values of `outputs` (a picklable reference for CProblem)."""
+    from .interpret import evaluate
+    inputs = {k: v for k, v in arrays.items() if k not in {t.name for t in outputs}}
+    return dict(zip((t.name for t in outputs), evaluate(list(outputs), inputs)))
+
+
+def build(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tensor] | None = None,
+          target: str = "c", name: str = "kernel", compiler: Any = None,
+          defines: Mapping[str, Any] | None = None) -> Kernel:
+    """Compile a schedule (or, given tensors, their default schedule) into a `Kernel`.
+    `args` orders the arguments (default: inputs, then outputs)."""
+    if target not in ("c", "cpu", "llvm"):
+        raise TEError(f"unknown target {target!r}; tensortune.te builds for target='c'")
+    if not isinstance(schedule, Schedule):
+        schedule = Schedule(schedule)
+    if not name.isidentifier():
+        raise TEError(f"kernel name {name!r} is not a C identifier")
+    from ..backends.c_codegen import FLAGS, generate_c
+    from ..backends.c_compiler import CCompiler, load_function
+    func = schedule.lower(name, args)
+    for b in func.args:
+        if math.prod(b.shape) >= 2**31:
+            raise TEError(f"tensor {b.name!r} has 2**31 elements or more; indices are 32-bit")
+    source = generate_c(func)
+    compiler = compiler or CCompiler()
+    library = compiler.compile(source, dict(defines or {}), FLAGS)
+    fn = load_function(library, name, [f"{b.dtype}*" for b in func.args], restype="int")
+    tensors = {t.name: t for t in list(schedule.inputs) + list(schedule.outputs)}
+    return Kernel(schedule, tuple(tensors[b.name] for b in func.args), func, source, Path(library), FLAGS, fn)
