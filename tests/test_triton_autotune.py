@@ -258,3 +258,25 @@ def test_a_single_config_is_launched_without_tuning(tmp_path):
     k[(2,)](x, 50, 2.0)
     torch.testing.assert_close(x, want)
     assert not timer.calls and next(iter(k.decisions().values())).source == "only"
+
+
+def test_isolated_worker_measures_candidates_and_records_failures(tmp_path):
+    from tensortune.measure.cuda_timer import CudaTimer
+
+    configs = matmul_configs(((16, 16), (32, 32))) + [
+        triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 24}),  # raises in the worker
+        triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "BUG": 1}),  # wrong result
+    ]
+    k = tt.autotune(configs=configs, key=["M"], isolate=True, reference=matmul_reference,
+                    timer=CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1,
+                                    estimate_repeats=1),
+                    settings=settings(tmp_path))(matmul_kernel)
+    args = matmul_args(20, 24, 40)
+    k[matmul_grid(20, 24)](*args)
+    torch.testing.assert_close(args[2], args[0] @ args[1], rtol=1e-4, atol=1e-4)
+    (tuning,) = k.tunings.values()
+    by_block_k = {(r.config["BLOCK_K"], r.config["BUG"] or 0): r for r in tuning.result.history}
+    assert by_block_k[(24, 0)].error is ErrorKind.RUNTIME_ERROR
+    assert by_block_k[(16, 1)].error is ErrorKind.WRONG_RESULT
+    assert by_block_k[(16, 0)].ok and by_block_k[(16, 0)].extra["device"] == "cpu"  # measured in the worker
+    assert k.best_config["BUG"] is None  # a name only some configurations set is None in the others

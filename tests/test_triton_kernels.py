@@ -97,3 +97,24 @@ def test_inplace_kernel_scales():
     want = x * 3
     scale_inplace_kernel[(4,)](x, 100, 3.0, BLOCK=32)
     torch.testing.assert_close(x, want)
+
+
+# An autotuned kernel at module level, as a package would ship it, for the CLI tests.
+import tensortune as tt  # noqa: E402
+
+scale_tuned = tt.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64)], key=["n"],
+                          bucket="pow2", progress=False)(scale_inplace_kernel)
+
+
+@scale_tuned.inputs
+def scale_inputs(n):
+    return (lambda m: (triton.cdiv(n, m["BLOCK"]),)), (torch.randn(n), n, 2.0)
+
+
+def scale_twice(n):
+    """A tuning target that launches the kernel (the CLI tunes what it launches)."""
+    x = torch.randn(n)
+    want = x * 4
+    for _ in range(2):
+        scale_tuned[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, n, 2.0)
+    torch.testing.assert_close(x, want)

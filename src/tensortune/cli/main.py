@@ -6,6 +6,7 @@ import click
 
 from .db_cmd import db_group
 from .demo_cmd import demo
+from .triton_cmd import triton_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,6 +23,7 @@ def cli(ctx: click.Context, db_path: str | None) -> None:
 cli.add_command(demo)
 cli.add_command(db_group)
 # Subcommand groups of later capabilities register here, one line each.
+cli.add_command(triton_group)
 
 
 def main() -> None:

@@ -46,7 +46,8 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
              timer: Any = None, db: Any = None, records: "str | os.PathLike[str] | Sequence[Any] | None" = None,
              settings: Any = None, tolerance: "float | Mapping[str, float] | None" = None,
              check_inputs: str = "random", distributed: str = "auto", seed: int = 0, name: str | None = None,
-             progress: bool | None = None, builder: Any = None) -> Callable[[Any], AutotunedKernel]:
+             progress: bool | None = None, builder: Any = None, isolate: bool | None = None,
+             compile_jobs: int | None = None) -> Callable[[Any], AutotunedKernel]:
     """Decorate a `@triton.jit` function so that each launch uses the best configuration
     for its key.
 
@@ -73,8 +74,10 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
     - `check_inputs`: "random" (float tensors refilled with random values for tuning)
       or "given" (copies of the caller's values).
     - `distributed`: "auto"/"broadcast" (rank 0 decides for all), "shared-db", "off".
-    - `builder`: a `tensortune.measure.Builder` (or a factory) that compiles candidates
-      ahead of time in parallel.
+    - `isolate`: measure in an isolated worker process (default: on a GPU, whenever the
+      launch can be described; see `isolated.py`); `compile_jobs`: processes compiling
+      candidates ahead of time (default: one per core); `builder`: your own
+      `tensortune.measure.Builder` instead.
     """
     if warmup is not None or rep is not None or use_cuda_graph:
         if do_bench is not None or timer is not None:
@@ -85,7 +88,8 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
         restore_value=restore_value, prune_configs_by=prune_configs_by, pre_hook=pre_hook, post_hook=post_hook,
         do_bench=do_bench, strategy=strategy, reference=reference, bucket=bucket, on_new_key=on_new_key,
         timer=timer, db=db, settings=settings, tolerance=tolerance, check_inputs=check_inputs,
-        distributed=distributed, seed=seed, name=name, progress=progress, builder=builder)
+        distributed=distributed, seed=seed, name=name, progress=progress, builder=builder, isolate=isolate,
+        compile_jobs=compile_jobs)
 
     def decorator(fn: Any) -> AutotunedKernel:
         if not callable(getattr(fn, "run", None)):

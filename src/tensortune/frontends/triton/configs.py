@@ -89,9 +89,11 @@ def _member_of(names: list[str], allowed: frozenset[tuple[Any, ...]]) -> Any:
 def space_of_triton_configs(configs: Sequence[Any]) -> tuple[Space, dict[Config, Any]]:
     """The space of a `triton.Config` list and the original object of each configuration
     (which keeps its `pre_hook`)."""
+    plain = [config_of_triton(tc) for tc in configs]
+    names = list(dict.fromkeys(n for c in plain for n in c))
     by_config: dict[Config, Any] = {}
-    for tc in configs:
-        by_config.setdefault(config_of_triton(tc), tc)
+    for c, tc in zip(plain, configs):  # a name some configurations lack is None ("not given") in them
+        by_config.setdefault(Config({n: c.get(n) for n in names}), tc)
     return space_of_configs(list(by_config)), by_config
 
 

@@ -100,6 +100,7 @@ class AutotunedKernel(KernelInterface):
         self.pending: dict[TuningKey, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
         self.best_config: Config | None = None  # the configuration of the latest decision
         self.make_inputs: Callable[..., Any] | None = None
+        self.log: list[Decision] = []  # one entry per launch signature first seen (the slow path)
         _KERNELS.add(self)
 
     def inputs(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -159,6 +160,7 @@ class AutotunedKernel(KernelInterface):
                     d = self._decide_key(key, args, kwargs, grid)
                     self._by_key[key] = d
                 self._decisions[raw] = d
+                self.log.append(d)
             self.best_config = d.config
             return d
 
@@ -168,7 +170,7 @@ class AutotunedKernel(KernelInterface):
         if o.configs is not None:
             listed = _prune(list(o.configs), o.prune_configs_by, dict(zip(self.arg_names, args)), kwargs)
             space, by_config = space_of_triton_configs(listed)
-            return _Candidates(space, by_config, config_of_triton(listed[0]))
+            return _Candidates(space, by_config, next(iter(by_config)))
         assert o.space is not None
         if not o.prune_configs_by:
             return _Candidates(o.space, {}, next(iter(o.space)))
@@ -220,21 +222,57 @@ class AutotunedKernel(KernelInterface):
     def _tune(self, key: TuningKey, workload: Workload, cands: "_Candidates", args: tuple[Any, ...],
               kwargs: dict[str, Any], grid: Any, budget: Any = None, strategy: Any = None) -> KeyTuning:
         o, ctx = self.options, self.context()
-        space, by_config = cands.space, cands.by_config
-        pristine = ArgSet.fresh(args, kwargs, seed=o.seed, random=o.check_inputs == "random")
-        pre_hooks = {c: tc.pre_hook for c, tc in by_config.items() if getattr(tc, "pre_hook", None)}
-        candidate = Candidate(self._run, self.arg_names, grid, pre_hooks)
-        hooks = Hooks(o.reset_to_zero, o.restore_value, o.pre_hook, o.post_hook)
-        runner = LaunchRunner(candidate, pristine, ctx.timer, hooks, o.reference, o.tolerance)
+        space = cands.space
         size = space.size if space.size_is_exact else 10**9
         budget = budget or o.budget or default_budget(size, o.listed)
         progress = ctx.settings.progress and not self.interpreted if o.progress is None else o.progress
-        builder = o.builder(self, space, args, kwargs, grid) if callable(o.builder) else o.builder
-        result = tune_key(space, runner, workload=workload, target=ctx.target, db=ctx.db, budget=budget,
-                          strategy=strategy or o.strategy, seed=o.seed, builder=builder, progress=progress,
-                          description=f"{self.base_fn.__name__} {key.as_dict()}")
+        runner, builder = self._measurement(cands, args, kwargs, grid)
+        try:
+            result = tune_key(space, runner, workload=workload, target=ctx.target, db=ctx.db, budget=budget,
+                              strategy=strategy or o.strategy, seed=o.seed, builder=builder, progress=progress,
+                              description=f"{self.base_fn.__name__} {key.as_dict()}")
+        finally:
+            for part in (runner, builder):
+                if part is not o.builder and callable(getattr(part, "close", None)):
+                    part.close()
         self.tunings[key] = result
         return result
+
+    def _measurement(self, cands: "_Candidates", args: tuple[Any, ...], kwargs: dict[str, Any],
+                     grid: Any) -> tuple[Any, Any]:
+        """The runner (isolated worker or this process) and builder (parallel compiles) for a key."""
+        from . import isolated
+
+        o, ctx = self.options, self.context()
+        pre_hooks = {c: tc.pre_hook for c, tc in cands.by_config.items() if getattr(tc, "pre_hook", None)}
+        isolate = o.isolate if o.isolate is not None else not self.interpreted
+        why = isolated.why_not_isolated(hooks_in_python=bool(pre_hooks or o.pre_hook or o.post_hook),
+                                        args=(*args, *kwargs.values()), reference=o.reference, timer=ctx.timer)
+        if isolate and why is None and (kwargs or o.reset_to_zero):
+            why = "keyword tensors and reset_to_zero are measured in this process"
+        if isolate and why is None and not (cands.space.size_is_exact and cands.space.size <= 100_000):
+            why = "the space is too large to compute every candidate's grid"
+        if isolate and why is None and isolated.kernel_ref(self.fn) is None:
+            why = "the kernel is not defined at module level"
+        if o.isolate and why is not None:
+            raise ValueError(f"isolate=True, but {why}")
+        if isolate and why is None:
+            tolerance = o.tolerance if not isinstance(o.tolerance, Mapping) else None
+            runner: Any = isolated.gpu_runner(self.fn, self.arg_names, args, kwargs, grid,
+                                              enumerate_space(cands.space), o.reference, ctx.timer, o.seed,
+                                              tolerance, self.interpreted)
+        else:
+            pristine = ArgSet.fresh(args, kwargs, seed=o.seed, random=o.check_inputs == "random")
+            candidate = Candidate(self._run, self.arg_names, grid, pre_hooks)
+            hooks = Hooks(o.reset_to_zero, o.restore_value, o.pre_hook, o.post_hook)
+            runner = LaunchRunner(candidate, pristine, ctx.timer, hooks, o.reference, o.tolerance)
+        if o.builder is not None:
+            builder = o.builder(self, cands.space, args, kwargs, grid) if callable(o.builder) else o.builder
+        elif self.interpreted or kwargs.keys() - set(self.arg_names):
+            builder = None
+        else:
+            builder = isolated.parallel_builder(self.fn, args, kwargs, o.compile_jobs, stream=True)
+        return runner, builder
 
     def _decision(self, key: TuningKey, config: Config, source: str, by_config: Mapping[Config, Any]) -> Decision:
         tc = by_config.get(config)

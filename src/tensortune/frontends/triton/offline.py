@@ -28,6 +28,10 @@ from ...db import Database, Workload
 from .kernel import AutotunedKernel, Decision, all_kernels
 
 
+class TargetError(TypeError):
+    """The tuning target cannot be tuned from shapes (the message says why)."""
+
+
 def parse_shape(text: str) -> dict[str, Any]:
     """`"M=4096,N=1024,dtype=float16"` -> {"M": 4096, "N": 1024, "dtype": "float16"}."""
     shape: dict[str, Any] = {}
@@ -90,22 +94,25 @@ def tune_shapes(target: Any, shapes: Iterable[Mapping[str, Any]], *, budget: Any
     """Tune `target` for each shape (see the module doc for what a target is)."""
     reports = []
     for shape in shapes:
+        known = {id(t) for k in all_kernels() for t in k.tunings.values()}
         if isinstance(target, AutotunedKernel):
             if target.make_inputs is None:
-                raise TypeError(f"{target.name} cannot make its arguments from a shape; register a function "
+                raise TargetError(f"{target.name} cannot make its arguments from a shape; register a function "
                                 f"with @{target.base_fn.__name__}.inputs, or pass a function that launches it")
             grid, args, kwargs = _split_inputs(target.make_inputs(**shape))
             d = target.tune(*args, grid=grid, budget=budget, strategy=strategy, force=force, **kwargs)
             decided = [(target, d)]
+        elif hasattr(target, "run") and hasattr(target, "arg_names"):
+            raise TargetError(f"{target!r} is a Triton kernel but not an autotuned kernel: decorate it "
+                              f"with @tensortune.autotune")
         elif callable(target):
-            seen = {id(k): set(k.decisions()) for k in all_kernels()}
+            seen = {id(k): len(k.log) for k in all_kernels()}
             target(**shape)
-            decided = [(k, d) for k in all_kernels() for key, d in k.decisions().items()
-                       if key not in seen.get(id(k), set())]
+            decided = [(k, d) for k in all_kernels()
+                       for d in {id(d): d for d in k.log[seen.get(id(k), 0):]}.values()]
         else:
-            raise TypeError(f"cannot tune {target!r}: not an autotuned kernel or a function")
-        trials = sum(k.tunings[d.key].result.trials for k, d in decided
-                     if d.source == "tuned" and d.key in k.tunings)
+            raise TargetError(f"cannot tune {target!r}: not an autotuned kernel or a function")
+        trials = sum(t.result.trials for k in all_kernels() for t in k.tunings.values() if id(t) not in known)
         reports.append(ShapeReport(dict(shape), tuple((k.name, d) for k, d in decided), trials,
                                    tuple(k for k, _ in decided)))
     return reports
@@ -116,7 +123,7 @@ def _split_inputs(made: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
         grid, args = made[0], tuple(made[1])
         kwargs = dict(made[2]) if len(made) == 3 else {}
         return grid, args, kwargs
-    raise TypeError("an inputs function must return (grid, args) or (grid, args, kwargs)")
+    raise TargetError("an inputs function must return (grid, args) or (grid, args, kwargs)")
 
 
 def export_workloads(db: Database, workloads: Iterable[Workload], path: str | os.PathLike[str]) -> int:

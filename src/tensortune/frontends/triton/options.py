@@ -51,6 +51,8 @@ class AutotuneOptions:
     name: str | None = None
     progress: bool | None = None
     builder: Any = None
+    isolate: bool | None = None  # None: isolated on a GPU when the launch can be described
+    compile_jobs: int | None = None
 
     @property
     def listed(self) -> bool:

@@ -229,9 +229,19 @@ class LaunchRunner:
             self.best_time = min(self.best_time, result.time)
             yield result
 
-    def rerun(self, config: Config) -> Callable[[], object]:
-        """A launch of `config` on the work copies (for confirming winners)."""
-        return Launch(config, self.candidate.launch(config, self.work))
+    def confirm(self, results: Sequence[MeasureResult], *, within: float = 0.03, rounds: int = 3,
+                limit: int = 6) -> Any:
+        """Re-time the results within `within` of the best interleaved (`confirm_winners`)."""
+        from ...measure.confirm import Confirmation, confirm_winners, near_ties
+
+        ties = near_ties(results, within, limit)
+        if not ties:
+            return None
+        if len(ties) == 1:
+            return Confirmation(ties[0].config, 1.0, 0.0, {ties[0].config: ties[0].time}, {}, 0)
+        runs = {r.config: Launch(r.config, self.candidate.launch(r.config, self.work)) for r in ties}
+        return confirm_winners(runs, self.timer, prior={r.config: r.time for r in ties}, within=within,
+                               rounds=rounds)
 
 
 def _synchronize(argset: ArgSet) -> None:

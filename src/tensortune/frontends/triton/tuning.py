@@ -15,7 +15,6 @@ Example (under TRITON_INTERPRET=1 see tests/test_triton_autotune.py):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,27 +74,22 @@ def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: 
     return KeyTuning(final.config, result, final)
 
 
-def _confirm(runner: LaunchRunner, ok: list[MeasureResult], enabled: bool) -> MeasureResult:
-    """Re-time near-ties interleaved; the winner's result carries the confirmation."""
+def _confirm(runner: Any, ok: list[MeasureResult], enabled: bool) -> MeasureResult:
+    """Re-time near-ties interleaved (`runner.confirm`); the winner's result says how sure."""
     by_config = {}
     for r in ok:  # the latest result per configuration
         by_config[r.config] = r
     ranked = sorted(by_config.values(), key=lambda r: r.time)
     best = ranked[0]
-    if not enabled:
+    if not enabled or not callable(getattr(runner, "confirm", None)):
         return best
     try:
-        from ...measure.confirm import confirm_winners, near_ties
-    except ImportError:  # pragma: no cover - measurement layer without confirmation
-        return best
-    ties = near_ties(ranked, within=0.03, limit=6)
-    candidates: dict[Config, Callable[[], object]] = {r.config: runner.rerun(r.config) for r in ties}
-    try:
-        confirmation = confirm_winners(candidates, runner.timer, prior={r.config: r.time for r in ties},
-                                       within=0.03, rounds=3 if len(ties) > 1 else 1)
+        confirmation = runner.confirm(ranked, within=0.03, rounds=3, limit=6)
     except Exception as exc:  # noqa: BLE001 - keep the search's winner, say why it was not confirmed
         return MeasureResult(best.config, best.times, extra={"confirmed": False,
                                                              "confirm_error": f"{type(exc).__name__}: {exc}"})
+    if confirmation is None:
+        return best
     winner = confirmation.winner
     times = confirmation.times.get(winner) or by_config[winner].times
     return MeasureResult(winner, tuple(times), extra=confirmation.as_extra())

@@ -1,0 +1,174 @@
+"""Parallel compilation and isolated measurement through the GPU-measurement layer.
+
+When the kernel can be found again by "module:qualname" (any kernel defined at module
+level, also in a script run as __main__), candidates are compiled ahead of time in a
+pool of processes (`tensortune.measure.triton_compile`), and the measurements stream in
+as compiles finish. When, in addition, the launch can be described (tensors contiguous
+and of float dtype, a grid that is a tuple or computed here per configuration, no
+Python hooks, a picklable reference and timer), candidates run in an isolated worker
+process (`tensortune.measure.gpu.GpuRunner`): a crash, a hang or an illegal memory
+access is recorded as that candidate's error and never touches the caller's process.
+Otherwise they run in this process (`runner.LaunchRunner`).
+
+Every float tensor is described as `restore=True` (reset to its initial random values
+before every run and compared with the reference), since a Triton kernel does not say
+which arguments it writes.
+
+Example:
+    >>> why_not_isolated(hooks_in_python=True, args=(), reference=None, timer=None)
+    'pre_hook/post_hook or a triton.Config pre_hook run Python around each launch'
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import pickle
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ...space import Config
+from .arguments import is_tensor
+from .configs import launch_kwargs
+from .source import base_function
+
+
+def kernel_ref(kernel: Any) -> str | None:
+    """"module:qualname" under which a worker process finds this kernel, or None."""
+    import importlib
+
+    base = base_function(kernel)
+    module, qualname = getattr(base, "__module__", None), getattr(base, "__qualname__", "")
+    if not module or "<locals>" in qualname:
+        return None
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError):
+        return None
+    return f"{module}:{qualname}" if base_function(obj) is base else None
+
+
+def describe(args: Sequence[Any]) -> list[Any] | None:
+    """TensorArg descriptions of the arguments, or None if one cannot be described."""
+    from ...measure.gpu import TensorArg
+
+    out: list[Any] = []
+    for a in args:
+        if is_tensor(a):
+            if not a.is_floating_point() or not a.is_contiguous() or a.storage_offset():
+                return None
+            out.append(TensorArg(tuple(a.shape), str(a.dtype), restore=True))
+        elif a is None or isinstance(a, (bool, int, float, str)):
+            out.append(a)
+        else:
+            return None
+    return out
+
+
+def compile_args(args: Sequence[Any]) -> list[Any]:
+    """Arguments for compiling only: tensors by dtype (their values do not matter)."""
+    from ...measure.gpu import TensorArg
+
+    return [TensorArg(tuple(a.shape), str(a.dtype)) if is_tensor(a) else a for a in args]
+
+
+def why_not_isolated(*, hooks_in_python: bool, args: Sequence[Any], reference: Any, timer: Any) -> str | None:
+    if hooks_in_python:
+        return "pre_hook/post_hook or a triton.Config pre_hook run Python around each launch"
+    if describe(args) is None:
+        return "an argument is not a contiguous float tensor or a plain scalar"
+    for what, obj in (("reference", reference), ("timer", timer)):
+        if obj is None:
+            continue
+        try:
+            pickle.dumps(obj)
+        except Exception:  # noqa: BLE001 - any pickling failure means: not sendable
+            return f"the {what} cannot be sent to a worker process (define it at module level)"
+    return None
+
+
+def resolve_jit(ref: str) -> Any:
+    """The @triton.jit function (or its interpreted form) named by "module:qualname"."""
+    from ...measure.gpu import resolve
+
+    obj = resolve(ref)
+    for _ in range(16):
+        if type(obj).__name__ in ("JITFunction", "InterpretedFunction"):
+            return obj
+        obj = getattr(obj, "fn", None)
+    raise TypeError(f"{ref} is not a @triton.jit function")
+
+
+def launch_jit(kernel_ref: str, grids: Mapping[str, tuple[int, ...]], extra: Mapping[str, Any],
+               config: Mapping[str, Any], *args: Any) -> None:
+    """Launch one candidate in a worker (module level, so it pickles by reference)."""
+    grid = grids[Config(config).to_json()]
+    resolve_jit(kernel_ref)[grid](*args, **extra, **launch_kwargs(config))
+
+
+def call_reference(reference: Callable[..., Any], arg_names: Sequence[str], checked: Sequence[int],
+                   *args: Any) -> Any:
+    """Adapt `reference=` (writes in place, or returns {name: tensor}) to the worker's form."""
+    out = reference(*args)
+    if out is None:
+        return None
+    return tuple(out.get(arg_names[i], args[i]) for i in checked)
+
+
+def compile_with(extra: Mapping[str, Any], compile_fn: Callable[[Config], Any], config: Config) -> Any:
+    """Compile `config` with the caller's own keyword arguments added."""
+    return compile_fn(Config({**config, **extra}) if extra else config)
+
+
+def grids_for(grid: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any],
+              configs: Sequence[Config]) -> dict[str, tuple[int, ...]]:
+    """The launch grid of every configuration, computed here (a grid function need not pickle)."""
+    out = {}
+    for c in configs:
+        g = grid({**dict(zip(arg_names, args)), **kwargs, **launch_kwargs(c)}) if callable(grid) else grid
+        out[c.to_json()] = tuple(int(x) for x in (g if isinstance(g, (tuple, list)) else (g,)))
+    return out
+
+
+def parallel_builder(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], jobs: int | None,
+                     stream: bool) -> Any | None:
+    """A streaming parallel compiler for this kernel's candidates, or None if not possible."""
+    ref = kernel_ref(kernel)
+    if ref is None:
+        return None
+    from ...measure.triton_compile import triton_builder
+
+    builder = triton_builder(ref, compile_args(args), target="auto", jobs=jobs, stream=stream)
+    if kwargs:
+        builder.compile_fn = functools.partial(compile_with, dict(kwargs), builder.compile_fn)
+    return builder
+
+
+def gpu_runner(kernel: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any],
+               grid: Any, configs: Sequence[Config], reference: Any, timer: Any, seed: int,
+               tolerance: float | None = None, interpreted: bool = False) -> Any:
+    """A GpuRunner measuring this launch's candidates in an isolated worker (on the CPU
+    under TRITON_INTERPRET=1)."""
+    from ...measure.gpu import GpuRunner, GpuTask
+
+    ref = kernel_ref(kernel)
+    described = describe(args)
+    if ref is None or described is None:
+        raise ValueError("this launch cannot be measured in an isolated worker")
+    checked = [i for i, a in enumerate(described) if getattr(a, "checked", False)]
+    task_reference = functools.partial(call_reference, reference, tuple(arg_names), tuple(checked)) \
+        if reference is not None else None
+    launch = functools.partial(launch_jit, ref, grids_for(grid, arg_names, args, kwargs, configs), dict(kwargs))
+    devices, device = None, "cpu"
+    if not interpreted:
+        import torch
+
+        index, visible = torch.cuda.current_device(), os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None and index != 0:
+            raise ValueError("isolated measurement on a device other than the first visible one")
+        devices, device = ([index] if visible is None else None), "cuda"
+    task = GpuTask(launch, tuple(described), reference=task_reference, seed=seed, device=device,
+                   timer=timer, rtol=tolerance, atol=tolerance, name=ref)
+    return GpuRunner(task, devices=devices, cutoff_factor=3.0)
