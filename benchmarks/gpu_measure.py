@@ -93,6 +93,7 @@ def mm(bm, bn, bk, stages, warps, fault=0):
 VARIANTS = {
     "good_128x256x64_s3_w8": mm(128, 256, 64, 3, 8),
     "good_128x128x64_s4_w4": mm(128, 128, 64, 4, 4),
+    "good_128x256x64_s4_w8": mm(128, 256, 64, 4, 8),
     "oob_write": mm(128, 128, 64, 4, 4, fault=1),
     "good_256x128x64_s3_w8": mm(256, 128, 64, 3, 8),
     "infinite_loop": mm(64, 64, 32, 3, 4, fault=2),
@@ -225,10 +226,31 @@ def run_spread(opts) -> dict:
     torch.cuda.synchronize()
     err = float((c.float() - (a.float() @ b.float())).norm() / (a.float() @ b.float()).norm())
     calls = opts.spread_calls
-    timer = CudaTimer(budget_seconds=0.1)
-    ours = [timer.time(kernel) for _ in range(calls)]
-    ours_medians = [statistics.median(t) for t in ours]
-    theirs = [do_bench(kernel, return_mode="median") * 1e-3 for _ in range(calls)]
+    timers = {"default": CudaTimer(), "warmup_100ms": CudaTimer(warmup_seconds=0.1),
+              "cooldown_1x": CudaTimer(cooldown=1.0), "no_l2_flush": CudaTimer(flush_l2=False)}
+    runs: dict[str, list] = {name: [] for name in [*timers, "do_bench"]}
+    rng = random.Random(0)
+    for _ in range(calls):  # the variants interleaved, so drift (heat, clocks) touches all alike
+        order = list(runs)
+        rng.shuffle(order)
+        for name in order:
+            if name == "do_bench":
+                try:
+                    runs[name].append([t * 1e-3 for t in do_bench(kernel, return_mode="all")])
+                except (AssertionError, TypeError, ValueError):  # an older triton: the median only
+                    runs[name].append([do_bench(kernel, return_mode="median") * 1e-3])
+            else:
+                runs[name].append(list(timers[name].time(kernel)))
+    variants = {}
+    for name, per_call in runs.items():
+        medians = [statistics.median(t) for t in per_call]
+        within = [mad_over_median(t) for t in per_call]
+        variants[name] = {"median_us": statistics.median(medians) * 1e6, "runs_per_call": statistics.median(map(len, per_call)),
+                          "within_call_mad_over_median": within,
+                          "within_median": statistics.median(within), "within_max": max(within),
+                          "across_calls_mad_over_median": mad_over_median(medians),
+                          "medians_us": [m * 1e6 for m in medians]}
+    timer = timers["default"]
     torch_mm = [statistics.median(timer.time(lambda: torch.matmul(a, b))) for _ in range(3)]
     x = torch.randn(1 << 20, device="cuda")
     y = torch.randn(1 << 20, device="cuda")
@@ -239,13 +261,8 @@ def run_spread(opts) -> dict:
     flops = 2 * M * N * K
     return {
         "kernel": "triton fp16 matmul 4096^3, 128x256x64 s3 w8", "relative_error_vs_fp32": err,
-        "calls": calls, "runs_per_call": [len(t) for t in ours],
-        "within_call_mad_over_median": [mad_over_median(t) for t in ours],
-        "ours_median_us": [m * 1e6 for m in ours_medians],
-        "ours_across_calls_mad_over_median": mad_over_median(ours_medians),
-        "ours_tflops": flops / statistics.median(ours_medians) / 1e12,
-        "do_bench_median_us": [m * 1e6 for m in theirs],
-        "do_bench_across_calls_mad_over_median": mad_over_median(theirs),
+        "calls": calls, "variants": variants,
+        "tflops": flops / (variants["default"]["median_us"] * 1e-6) / 1e12,
         "torch_matmul_median_us": [m * 1e6 for m in torch_mm],
         "add_1M_plain_us": [m * 1e6 for m in small_plain], "add_1M_graph_us": [m * 1e6 for m in small_graph],
         "add_1M_do_bench_cudagraph_us": [m * 1e6 for m in small_bench],
@@ -396,16 +413,15 @@ def print_table(r: dict) -> None:
         print("faults FAILED:", f.get("error"))
     s = r.get("spread")
     if s and "calls" in s:
-        print(f"spread (matmul 4096^3 fp16, {s['ours_tflops']:.0f} TFLOP/s): within-call MAD/median "
-              f"median {statistics.median(s['within_call_mad_over_median']) * 100:.3f}% max "
-              f"{max(s['within_call_mad_over_median']) * 100:.3f}%; across {s['calls']} calls: ours "
-              f"{s['ours_across_calls_mad_over_median'] * 100:.3f}%, do_bench "
-              f"{s['do_bench_across_calls_mad_over_median'] * 100:.3f}%")
-        print(f"  median us: ours {statistics.median(s['ours_median_us']):.1f}, do_bench "
-              f"{statistics.median(s['do_bench_median_us']):.1f}, torch.matmul "
-              f"{statistics.median(s['torch_matmul_median_us']):.1f}; add 1M: plain "
+        print(f"spread, {s['kernel']} ({s['tflops']:.0f} TFLOP/s), {s['calls']} calls of each, interleaved:")
+        print(f"  {'timer':14} {'median us':>10} {'runs/call':>9} {'within-call MAD/med':>20} {'max':>7} "
+              f"{'across calls':>12}")
+        for name, v in s["variants"].items():
+            print(f"  {name:14} {v['median_us']:10.1f} {v['runs_per_call']:9.0f} {v['within_median'] * 100:19.3f}% "
+                  f"{v['within_max'] * 100:6.2f}% {v['across_calls_mad_over_median'] * 100:11.3f}%")
+        print(f"  torch.matmul {statistics.median(s['torch_matmul_median_us']):.1f} us; add 1M: plain "
               f"{statistics.median(s['add_1M_plain_us']):.2f}, graph {statistics.median(s['add_1M_graph_us']):.2f}, "
-              f"do_bench_cudagraph {statistics.median(s['add_1M_do_bench_cudagraph_us']):.2f}")
+              f"do_bench_cudagraph {statistics.median(s['add_1M_do_bench_cudagraph_us']):.2f} us")
     elif s:
         print("spread FAILED:", s.get("error"))
     c = r.get("compile")

@@ -39,7 +39,7 @@ class FakeClock(_Clock):
     """A clock where each run of fn advances time by a fixed step (isolates the repeat logic)."""
 
     def __init__(self, step: float) -> None:
-        self.now, self.step, self.flushes, self.syncs = 0.0, step, 0, 0
+        self.now, self.step, self.flushes, self.syncs, self.idles = 0.0, step, 0, 0, []
 
     def synchronize(self) -> None:
         self.syncs += 1
@@ -52,6 +52,10 @@ class FakeClock(_Clock):
 
     def flush(self) -> None:
         self.flushes += 1
+
+    def idle(self, seconds: float) -> None:
+        self.idles.append(seconds)
+        self.now += seconds
 
     def capture(self, fn, batch):
         def replay():
@@ -80,6 +84,16 @@ def test_timer_chooses_repeats_from_the_estimate_and_flushes_before_every_run():
         slow.now += 1.0
     assert len(timer._time_with(slow, slow_fn, None, None)) == 5  # min_repeats
     assert len(timer._time_with(slow, slow_fn, None, 0.5)) == 4  # cut off after the estimate
+
+
+def test_cooldown_idles_after_runs_outside_the_timed_window():
+    clock = FakeClock(step=1e-3)
+
+    def fn():
+        clock.now += clock.step
+    times = CudaTimer(budget_seconds=0.05, warmup_seconds=0.0, cooldown=1.0)._time_with(clock, fn, None, None)
+    assert len(times) == 25 and all(t == pytest.approx(1e-3) for t in times)  # half the runs in the budget
+    assert clock.idles == [pytest.approx(1e-3)] * 25
 
 
 def test_graph_mode_divides_replays_by_the_batch():

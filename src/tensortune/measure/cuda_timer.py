@@ -15,7 +15,10 @@ stream (a Triton kernel, PyTorch operations, CuPy on the legacy default stream).
 the GPU runner restores arguments the kernel writes there. With `cuda_graph=True`, a
 batch of calls is captured once in a CUDA graph and each replay is timed (divided by
 the batch), which removes the launch overhead that dominates kernels of a few
-microseconds; the L2 is not flushed inside a replay. With `clock="host"` the same
+microseconds; the L2 is not flushed inside a replay. With `cooldown`, the GPU idles
+(a spin on the GPU that keeps the launch queue full) for that multiple of the estimated
+run time after each timed run, which lowers the average power of long, power-hungry
+kernels so that their clock, and so their time, varies less. With `clock="host"` the same
 procedure runs on the host clock (`time.perf_counter` around a synchronised run), for
 CPU tensors and tests. torch is imported only when a timer first runs.
 
@@ -51,6 +54,7 @@ class CudaTimer:
     flush_l2: bool = True
     cuda_graph: bool = False
     graph_batch: int | None = None  # calls per captured graph; None: about 1 ms of work
+    cooldown: float = 0.0  # GPU idle after each timed run, as a multiple of the estimated run time
     clock: str = "cuda"  # "cuda" (events) or "host" (perf_counter around synchronised runs)
 
     def __post_init__(self) -> None:
@@ -83,11 +87,13 @@ class CudaTimer:
             return tuple(estimate_runs)
         if self.cuda_graph:
             return self._time_graph(clock, fn, prepare, estimate)
-        warmup = min(self.max_repeats, int(self.warmup_seconds / estimate))
+        idle = self.cooldown * estimate
+        per_run = estimate + idle
+        warmup = min(self.max_repeats, int(self.warmup_seconds / per_run))
         if warmup > 0:
-            _timed_runs(clock, fn, prepare, warmup)
-        repeats = int(min(self.max_repeats, max(self.min_repeats, self.budget_seconds / estimate)))
-        return tuple(_timed_runs(clock, fn, prepare, repeats))
+            _timed_runs(clock, fn, prepare, warmup, idle)
+        repeats = int(min(self.max_repeats, max(self.min_repeats, self.budget_seconds / per_run)))
+        return tuple(_timed_runs(clock, fn, prepare, repeats, idle))
 
     def _time_graph(self, clock: "_Clock", fn: Callable[[], object], prepare: Callable[[], object],
                     estimate: float) -> tuple[float, ...]:
@@ -106,7 +112,7 @@ def _nothing() -> None:
 
 
 def _timed_runs(clock: "_Clock", fn: Callable[[], object], prepare: Callable[[], object],
-                n: int) -> list[float]:
+                n: int, idle: float = 0.0) -> list[float]:
     marks = []
     for _ in range(n):
         prepare()
@@ -114,6 +120,8 @@ def _timed_runs(clock: "_Clock", fn: Callable[[], object], prepare: Callable[[],
         start = clock.mark()
         fn()
         marks.append((start, clock.mark()))
+        if idle > 0:
+            clock.idle(idle)
     clock.synchronize()
     return [clock.seconds(a, b) for a, b in marks]
 
@@ -135,6 +143,9 @@ class _Clock:
 
     def capture(self, fn: Callable[[], object], batch: int) -> Callable[[], object]:
         raise NotImplementedError
+
+    def idle(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 class _CudaEventClock(_Clock):
@@ -175,6 +186,27 @@ class _CudaEventClock(_Clock):
                 fn()
         self.synchronize()
         return graph.replay
+
+    def idle(self, seconds: float) -> None:
+        self.torch.cuda._sleep(max(1, int(seconds * _cycles_per_second(self.device))))
+
+
+_CYCLES: dict[int, float] = {}
+
+
+def _cycles_per_second(device: int) -> float:
+    """GPU clock cycles per second as `torch.cuda._sleep` counts them (measured once)."""
+    if device not in _CYCLES:
+        import torch
+
+        torch.cuda._sleep(100_000)  # wake the clock up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(2_000_000)
+        end.record()
+        end.synchronize()
+        _CYCLES[device] = 2_000_000 / max(start.elapsed_time(end) / 1e3, 1e-9)
+    return _CYCLES[device]
 
 
 class _HostClock(_Clock):
