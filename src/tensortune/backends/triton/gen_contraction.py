@@ -1,0 +1,222 @@
+"""Block-tiled contraction kernels: `tl.dot` over K with float32 accumulation, fused epilogue.
+
+One program computes a BLOCK_M x BLOCK_N tile of the flattened (M, N) product for one
+batch index: the factor expressions are evaluated on BLOCK_M x BLOCK_K and BLOCK_K x
+BLOCK_N tiles (a padded convolution's input becomes an implicit-GEMM gather with its
+padding as load masks), multiplied with `tl.dot` into a float32 accumulator, and the
+epilogue (bias, activation, residual, scaling, cast) is applied before the one store.
+
+The configuration decides BLOCK_M/N/K, GROUP_M (tiles launched in groups of GROUP_M
+rows, so neighbouring programs share B's columns in L2), SPLIT_K (programs split K and
+write float32 partial sums that a second kernel adds up and finishes with the epilogue:
+for tall-skinny products with too few tiles to fill the GPU), PERSISTENT (one program
+per SM looping over tiles), num_warps and num_stages.
+
+Example:
+    >>> from tensortune.te import workloads
+    >>> from tensortune.backends.triton.patterns import analyze
+    >>> plan = analyze(workloads.matmul(64, 64, 32, "float16").output)
+    >>> src = generate_contraction(plan, {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}, GenOptions())
+    >>> "tl.dot" in src.text, src.kernels
+    (True, ('tt_contraction',))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...te.dtype import is_float
+from ...te.expr import Cast, Const, Expr, Select, TensorRead
+from .exprgen import TL_TYPES, Emitter
+from .patterns import ACC, ContractionPlan
+from .source import (NUM_SMS_HELPER, CodegenError, GenOptions, KernelSource, cdiv, decompose, indent, kernel_args,
+                     module_text, names_of, ranges_of, shapes_of)
+
+SPLITK_BLOCK = 1024
+
+
+def _underlying(e: Expr, options: GenOptions, storage: Mapping[str, str]) -> str:
+    """The type a factor can be fed to tl.dot in without computing: its read's storage."""
+    x = e
+    while isinstance(x, Cast) and is_float(x.dtype):
+        x = x.value
+    if isinstance(x, Select) and isinstance(x.other, Const) and float(x.other.value) == 0.0:
+        x = x.then
+        while isinstance(x, Cast) and is_float(x.dtype):
+            x = x.value
+    if isinstance(x, TensorRead):
+        return storage[x.tensor.name]
+    return options.half if e.dtype == "float16" else "float32"
+
+
+def dot_type(plan: ContractionPlan, options: GenOptions) -> str:
+    storage = {a.name: a.dtype for a in kernel_args(plan, options)}
+    ta, tb = _underlying(plan.factor_a, options, storage), _underlying(plan.factor_b, options, storage)
+    return ta if ta == tb and ta in ("float16", "bfloat16", "float32") else "float32"
+
+
+def _config(config: Mapping[str, Any]) -> dict[str, Any]:
+    c = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 1, "PERSISTENT": False,
+         "num_warps": 4, "num_stages": 3}
+    unknown = set(config) - set(c)
+    if unknown:
+        raise CodegenError(f"unknown contraction parameter(s) {sorted(unknown)}; known: {sorted(c)}")
+    c.update(config)
+    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        v = c[name]
+        if not isinstance(v, int) or v < 16 or v & (v - 1):
+            raise CodegenError(f"{name}={v!r}: tl.dot needs a power of two of at least 16")
+    if c["GROUP_M"] < 1 or c["SPLIT_K"] < 1:
+        raise CodegenError("GROUP_M and SPLIT_K must be at least 1")
+    if c["SPLIT_K"] > 1 and c["PERSISTENT"]:
+        raise CodegenError("SPLIT_K > 1 is not combined with PERSISTENT")
+    return c
+
+
+def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], options: GenOptions) -> KernelSource:
+    c = _config(config)
+    bm, bn, bk, group, split = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["GROUP_M"], c["SPLIT_K"]
+    nb, m, n, k = plan.sizes
+    if nb > 65535 and not c["PERSISTENT"]:
+        raise CodegenError(f"{nb} batch entries exceed the launch grid's second dimension; use PERSISTENT")
+    args = kernel_args(plan, options)
+    pointers = {a.name: a.pointer for a in args}
+    storage = {a.name: a.dtype for a in args}
+    out_arg = args[-1]
+    dtype = dot_type(plan, options)
+    feed = "float32" if options.interpret and dtype == "bfloat16" else dtype
+    precision = ""
+    if feed == "float32":
+        precision = f', input_precision="{"tf32" if options.allow_tf32 and dtype == "float32" else "ieee"}"'
+    grid_m, grid_n = cdiv(m, bm), cdiv(n, bn)
+    tiles = grid_m * grid_n
+    k_chunk = cdiv(cdiv(k, bk), split) * bk
+    even_m, even_n = m % bm == 0, n % bn == 0
+    even_k = k % bk == 0 and (split == 1 or k % k_chunk == 0)
+    ranges = {**ranges_of(plan.batch), **ranges_of(plan.m), **ranges_of(plan.n), **ranges_of(plan.k)}
+    shapes = {**shapes_of(plan.batch, "b"), **shapes_of(plan.m, "m"), **shapes_of(plan.n, "n"),
+              **shapes_of(plan.k, "k")}
+
+    # -- which tile --------------------------------------------------------------------------
+    tile: list[str] = []
+    if group > 1 and grid_m > 1:
+        size_m = str(group) if grid_m % group == 0 else f"tl.minimum({grid_m} - first_m, {group})"
+        tile += [f"group = pid // {group * grid_n}",
+                 f"first_m = group * {group}",
+                 f"size_m = {size_m}",
+                 f"pid_m = first_m + (pid % {group * grid_n}) % size_m",
+                 f"pid_n = (pid % {group * grid_n}) // size_m"]
+    else:
+        tile += [f"pid_m = pid // {grid_n}", f"pid_n = pid % {grid_n}"]
+    tile += decompose("pid_b", plan.batch)
+    tile += [f"rm = pid_m * {bm} + tl.arange(0, {bm})",
+             f"rn = pid_n * {bn} + tl.arange(0, {bn})",
+             f"rm_in = {'rm' if even_m else f'rm % {m}'}",
+             f"rn_in = {'rn' if even_n else f'rn % {n}'}"]
+    tile += decompose("rm_in", plan.m, "[:, None]")
+    tile += decompose("rn_in", plan.n, "[None, :]")
+
+    # -- the K loop ----------------------------------------------------------------------------
+    loop: list[str] = [f"rk = kk + tl.arange(0, {bk})"]
+    a_masks: dict[Any, str] = {}
+    b_masks: dict[Any, str] = {}
+    if not even_k:
+        loop += [f"k_ok = rk < {k}", "k_ok_a = k_ok[None, :]", "k_ok_b = k_ok[:, None]"]
+        a_masks = {a.var: "k_ok_a" for a in plan.k}
+        b_masks = {a.var: "k_ok_b" for a in plan.k}
+    loop += decompose("rk", plan.k, "[None, :]", "_a")
+    loop += decompose("rk", plan.k, "[:, None]", "_b")
+    common = {**names_of(plan.batch)}
+    ea = Emitter({**common, **names_of(plan.m), **names_of(plan.k, "_a")}, pointers, masks=a_masks,
+                 ranges=ranges, storage=storage, shapes=shapes, prefix="ta")
+    a_name = ea.native(plan.factor_a, feed)
+    eb = Emitter({**common, **names_of(plan.n), **names_of(plan.k, "_b")}, pointers, masks=b_masks,
+                 ranges=ranges, storage=storage, shapes=shapes, prefix="tb")
+    b_name = eb.native(plan.factor_b, feed)
+    loop += ea.lines + eb.lines
+    if not even_k:
+        loop += [f"{a_name} = tl.where(k_ok_a, {a_name}, 0)", f"{b_name} = tl.where(k_ok_b, {b_name}, 0)"]
+    loop += [f"acc = tl.dot({a_name}, {b_name}, acc{precision})"]
+    k_lo = "0" if split == 1 else f"pid_k * {k_chunk}"
+    k_hi = str(k) if split == 1 else f"pid_k * {k_chunk} + {k_chunk}"
+    tile += [f"acc = tl.zeros(({bm}, {bn}), dtype=tl.float32)",
+             f"for kk in range({k_lo}, {k_hi}, {bk}):", *indent(loop, 1)]
+
+    # -- epilogue ------------------------------------------------------------------------------
+    store_mask = [p for p, even in ((f"(rm < {m})[:, None]", even_m), (f"(rn < {n})[None, :]", even_n))
+                  if not even]
+    mask_arg = f", mask={' & '.join(store_mask)}" if store_mask else ""
+    if split == 1:
+        ee = Emitter({**common, **names_of(plan.m), **names_of(plan.n)}, pointers, ranges=ranges,
+                     known={ACC: "acc"}, storage=storage, shapes=shapes, prefix="te")
+        val = ee.value(plan.epilogue)
+        if val == "acc":
+            val = ee.emit("acc")
+        off = ee.offset(TensorRead(plan.output, plan.out_index))
+        tile += ee.lines
+        tile += [f"tl.store({out_arg.pointer} + ({off}), {val}.to({TL_TYPES[out_arg.dtype]}){mask_arg})"]
+    else:
+        tile += [f"ws_off = (pid_k * {nb} + pid_b) * {m * n} + rm[:, None] * {n} + rn[None, :]",
+                 f"tl.store(p_ws + ws_off, acc{mask_arg})"]
+
+    # -- the kernel ----------------------------------------------------------------------------
+    params = ", ".join([a.pointer for a in args] + (["p_ws"] if split > 1 else []))
+    body: list[str] = []
+    if c["PERSISTENT"]:
+        body += [f"for tile in tl.range(tl.program_id(0), {tiles * nb}, tl.num_programs(0), flatten=True):",
+                 *indent([f"pid_b = tile // {tiles}", f"pid = tile % {tiles}", *tile], 1)]
+    else:
+        body += ["pid = tl.program_id(0)", "pid_b = tl.program_id(1)"]
+        if split > 1:
+            body += ["pid_k = tl.program_id(2)"]
+        body += tile
+    kernels = ["@triton.jit\n" + f"def tt_contraction({params}):\n" + "\n".join(indent(body, 1))]
+    names = ["tt_contraction"]
+    opts = f"num_warps={c['num_warps']}, num_stages={c['num_stages']}"
+    call_args = ", ".join(a.pointer for a in args)
+    launch: list[str] = []
+    pre: list[str] = []
+    if c["PERSISTENT"]:
+        launch += [f"grid = (min({tiles * nb}, _num_sms({out_arg.pointer})),)"]
+    else:
+        launch += [f"grid = ({tiles}, {nb}, {split})"]
+    if split > 1:
+        total = nb * m * n
+        launch += [f"ws = torch.empty({split * total}, dtype=torch.float32, device={out_arg.pointer}.device)",
+                   f"tt_contraction[grid]({call_args}, ws, {opts})",
+                   f"tt_splitk[({cdiv(total, SPLITK_BLOCK)},)]({call_args}, ws, num_warps=4, num_stages=1)"]
+        pre += [f"return [tt_contraction.warmup({call_args}, torch.float32, grid=(1,), {opts}),",
+                f"        tt_splitk.warmup({call_args}, torch.float32, grid=(1,), num_warps=4, num_stages=1)]"]
+        kernels.append(_splitk_kernel(plan, args, pointers, storage, ranges, split, params))
+        names.append("tt_splitk")
+    else:
+        launch += [f"tt_contraction[grid]({call_args}, {opts})"]
+        pre += [f"return [tt_contraction.warmup({call_args}, grid=(1,), {opts})]"]
+    text = module_text(plan, c, kernels, launch, pre, args, NUM_SMS_HELPER if c["PERSISTENT"] else ())
+    return KernelSource(text, tuple(a.name for a in args), tuple(a.dtype for a in args), tuple(names), c)
+
+
+def _splitk_kernel(plan: ContractionPlan, args: list, pointers: dict[str, str], storage: dict[str, str],
+                   ranges: dict, split: int, params: str) -> str:
+    nb, m, n, _ = plan.sizes
+    total = nb * m * n
+    even = total % SPLITK_BLOCK == 0
+    body = ["pid = tl.program_id(0)",
+            f"e = pid * {SPLITK_BLOCK} + tl.arange(0, {SPLITK_BLOCK})",
+            f"e_in = {'e' if even else f'e % {total}'}",
+            "acc = tl.load(p_ws + e_in)",
+            f"for s in tl.static_range(1, {split}):",
+            f"    acc += tl.load(p_ws + s * {total} + e_in)",
+            f"pid_b = e_in // {m * n}",
+            f"rm_in = (e_in // {n}) % {m}",
+            f"rn_in = e_in % {n}"]
+    body += decompose("pid_b", plan.batch) + decompose("rm_in", plan.m) + decompose("rn_in", plan.n)
+    ee = Emitter({**names_of(plan.batch), **names_of(plan.m), **names_of(plan.n)}, pointers, ranges=ranges,
+                 known={ACC: "acc"}, storage=storage, prefix="te")
+    val = ee.value(plan.epilogue)
+    off = ee.offset(TensorRead(plan.output, plan.out_index))
+    out = args[-1]
+    mask = "" if even else f", mask=e < {total}"
+    body += ee.lines + [f"tl.store({out.pointer} + ({off}), {val}.to({TL_TYPES[out.dtype]}){mask})"]
+    return "@triton.jit\n" + f"def tt_splitk({params}):\n" + "\n".join(indent(body, 1))

@@ -1,0 +1,140 @@
+"""GPU sketches: the tuning space of each kernel pattern, its constraints and good first points.
+
+A contraction is tiled in BLOCK_M x BLOCK_N (each at most the next power of two of its
+extent), with a BLOCK_K reduction step, GROUP_M grouped launch order, num_warps and
+num_stages; SPLIT_K joins when the tiles alone cannot fill the GPU's multiprocessors and
+K is long, PERSISTENT when there are more tiles than multiprocessors. Constraints keep
+the pipelined tiles within shared memory and the accumulator within registers.
+A rows kernel chooses BLOCK_R rows per program and a BLOCK_C column chunk (one pass when
+it covers the row); an elementwise kernel its BLOCK. `seeds` are rules-of-thumb points
+measured first, so the search starts from sensible kernels (as Ansor's sketch rules
+start from sensible structures).
+
+Example:
+    >>> from tensortune.te import workloads
+    >>> from tensortune.backends.triton.patterns import analyze
+    >>> s = sketch(analyze(workloads.matmul(256, 256, 256, "float16").output))
+    >>> s.space.names[:3], len(s.seeds) > 0
+    (('BLOCK_M', 'BLOCK_N', 'BLOCK_K'), True)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...space import Categorical, Config, Ordinal, PowerOfTwo, Space
+from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, RowsPlan
+from .source import GenOptions
+
+H100_SMS = 132
+SHARED_BYTES = 227 * 1024
+HALF_BYTES = 2
+
+
+def _pow2_at_least(x: int) -> int:
+    p = 1
+    while p < x:
+        p *= 2
+    return p
+
+
+@dataclass(frozen=True)
+class Sketch:
+    """A plan's space and the points to measure first."""
+
+    plan: GpuPlan
+    space: Space
+    seeds: tuple[Config, ...]
+
+
+def sketch(plan: GpuPlan, options: GenOptions | None = None, sms: int = H100_SMS) -> Sketch:
+    options = options or GenOptions()
+    if isinstance(plan, ContractionPlan):
+        return _contraction(plan, options, sms)
+    if isinstance(plan, RowsPlan):
+        return _rows(plan)
+    if isinstance(plan, ElementwisePlan):
+        return _elementwise(plan)
+    raise TypeError(f"no sketch for {type(plan).__name__}")
+
+
+def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch:
+    from .gen_contraction import dot_type
+
+    nb, m, n, k = plan.sizes
+    item = 4 if dot_type(plan, options) == "float32" else HALF_BYTES
+    top_m, top_n, top_k = (min(256, max(16, _pow2_at_least(x))) for x in (m, n, k))
+    top_k = min(top_k, 128)
+    tiles_128 = nb * -(-m // 128) * -(-n // 128)
+    split = [1]
+    if tiles_128 < sms and k >= 1024:
+        split = [1, 2, 4, 8, 16]
+    params = [
+        PowerOfTwo("BLOCK_M", 16, top_m),
+        PowerOfTwo("BLOCK_N", 16, top_n),
+        PowerOfTwo("BLOCK_K", 16, top_k),
+        Ordinal("GROUP_M", [1, 4, 8, 16]),
+        Ordinal("SPLIT_K", split),
+        Categorical("PERSISTENT", [False, True] if tiles_128 >= sms // 2 else [False]),
+        Ordinal("num_warps", [2, 4, 8]),
+        Ordinal("num_stages", [2, 3, 4, 5]),
+    ]
+    constraints = [
+        f"(BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * {item} * num_stages <= {SHARED_BYTES}",
+        "BLOCK_M * BLOCK_N <= num_warps * 32 * 128",
+        "BLOCK_M * BLOCK_N >= num_warps * 32 * 4",
+        "SPLIT_K == 1 or not PERSISTENT",
+        f"SPLIT_K * BLOCK_K <= {max(16, k)}",
+    ]
+    space = Space(params, constraints=constraints)
+    seeds = []
+    for bm, bn, bk, w, s in ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 3),
+                             (256, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
+                             (64, 64, 64, 4, 3), (64, 32, 32, 4, 4), (32, 32, 32, 2, 3), (16, 16, 16, 2, 2)):
+        for persistent in (False, True):
+            cfg = {"BLOCK_M": min(bm, top_m), "BLOCK_N": min(bn, top_n), "BLOCK_K": min(bk, top_k), "GROUP_M": 8,
+                   "SPLIT_K": 1, "PERSISTENT": persistent, "num_warps": w, "num_stages": s}
+            if split != [1]:
+                want = max(1, min(16, sms // max(1, nb * -(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]))))
+                cfg["SPLIT_K"] = max(v for v in split if v <= want)
+                cfg["PERSISTENT"] = False if cfg["SPLIT_K"] > 1 else persistent
+            _add(space, seeds, cfg)
+    return Sketch(plan, space, tuple(seeds[:8]))
+
+
+def _rows(plan: RowsPlan) -> Sketch:
+    cols = plan.n_cols
+    top_c = min(16384, max(2, _pow2_at_least(cols)))
+    params = [
+        PowerOfTwo("BLOCK_R", 1, min(16, _pow2_at_least(plan.n_rows))),
+        PowerOfTwo("BLOCK_C", min(64, top_c), top_c),
+        Ordinal("num_warps", [1, 2, 4, 8, 16]),
+        Ordinal("num_stages", [1, 2, 3]),
+    ]
+    constraints = ["BLOCK_R * BLOCK_C <= num_warps * 32 * 64", "BLOCK_R * BLOCK_C >= num_warps * 32"]
+    space = Space(params, constraints=constraints)
+    seeds: list[Config] = []
+    for br, warps in ((1, 8), (1, 16), (2, 8), (1, 4), (4, 8), (2, 16)):
+        for bc in (top_c, min(top_c, 1024)):
+            _add(space, seeds, {"BLOCK_R": br, "BLOCK_C": bc, "num_warps": warps, "num_stages": 1})
+    return Sketch(plan, space, tuple(seeds[:6]))
+
+
+def _elementwise(plan: ElementwisePlan) -> Sketch:
+    top = min(16384, max(32, _pow2_at_least(plan.size)))
+    space = Space([PowerOfTwo("BLOCK", min(128, top), top), Ordinal("num_warps", [1, 2, 4, 8])],
+                  constraints=["BLOCK >= num_warps * 32"])
+    seeds: list[Config] = []
+    for block, warps in ((1024, 4), (2048, 8), (4096, 8), (512, 4)):
+        _add(space, seeds, {"BLOCK": min(block, top), "num_warps": warps})
+    return Sketch(plan, space, tuple(seeds))
+
+
+def _add(space: Space, seeds: list[Config], values: dict[str, Any]) -> None:
+    try:
+        cfg = space.config(values)
+    except Exception:  # noqa: BLE001 - a rule of thumb outside this shape's space is skipped
+        return
+    if space.is_valid(cfg) and cfg not in seeds:
+        seeds.append(cfg)
