@@ -2,7 +2,8 @@
 
 `analyze(output)` finds the kernel pattern of an expression graph (a contraction with
 fused prologue and epilogue, row reductions, or elementwise work); `sketch(plan)` gives
-its tuning space; `generate(plan, config)` the Triton module of one configuration.
+its tuning space; `generate(plan, config)` the Triton module of one configuration; `autoschedule_cuda(output)`
+searches the space on the GPU and returns a `CudaKernel` callable on torch tensors.
 
 Example:
     >>> from tensortune.te import workloads
@@ -13,9 +14,12 @@ Example:
 """
 
 from .generate import generate, load
+from .kernel import CudaKernel, Tuning
 from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, PatternError, RowsPlan, analyze
 from .sketches import Sketch, sketch
 from .source import CodegenError, GenOptions, KernelSource
+from .tune import SeededStrategy, autoschedule_cuda
 
-__all__ = ["CodegenError", "ContractionPlan", "ElementwisePlan", "GenOptions", "GpuPlan", "KernelSource",
-           "PatternError", "RowsPlan", "Sketch", "analyze", "generate", "load", "sketch"]
+__all__ = ["CodegenError", "ContractionPlan", "CudaKernel", "ElementwisePlan", "GenOptions", "GpuPlan",
+           "KernelSource", "PatternError", "RowsPlan", "SeededStrategy", "Sketch", "Tuning", "analyze",
+           "autoschedule_cuda", "generate", "load", "sketch"]
