@@ -226,8 +226,8 @@ def run_spread(opts) -> dict:
     torch.cuda.synchronize()
     err = float((c.float() - (a.float() @ b.float())).norm() / (a.float() @ b.float()).norm())
     calls = opts.spread_calls
-    timers = {"default": CudaTimer(), "warmup_100ms": CudaTimer(warmup_seconds=0.1),
-              "cooldown_1x": CudaTimer(cooldown=1.0), "no_l2_flush": CudaTimer(flush_l2=False)}
+    timers = {"default": CudaTimer(), "cooldown_2x": CudaTimer(cooldown=2.0),
+              "warmup_100ms": CudaTimer(warmup_seconds=0.1), "no_cooldown": CudaTimer(cooldown=0.0)}
     runs: dict[str, list] = {name: [] for name in [*timers, "do_bench"]}
     rng = random.Random(0)
     for _ in range(calls):  # the variants interleaved, so drift (heat, clocks) touches all alike

@@ -73,7 +73,7 @@ def test_timer_chooses_repeats_from_the_estimate_and_flushes_before_every_run():
         clock.now += clock.step
 
     setups = []
-    timer = CudaTimer(budget_seconds=0.05, warmup_seconds=0.01, min_repeats=5, estimate_repeats=4)
+    timer = CudaTimer(budget_seconds=0.05, warmup_seconds=0.01, min_repeats=5, estimate_repeats=4, cooldown=0)
     times = timer._time_with(clock, fn, lambda: setups.append(1), None)
     assert len(times) == 50 and all(t == pytest.approx(1e-3) for t in times)
     # 1 first call + 4 estimate + 10 warm-up + 50 timed; every run but the first is flushed
@@ -91,7 +91,7 @@ def test_cooldown_idles_after_runs_outside_the_timed_window():
 
     def fn():
         clock.now += clock.step
-    times = CudaTimer(budget_seconds=0.05, warmup_seconds=0.0, cooldown=1.0)._time_with(clock, fn, None, None)
+    times = CudaTimer(budget_seconds=0.05, warmup_seconds=0.0)._time_with(clock, fn, None, None)
     assert len(times) == 25 and all(t == pytest.approx(1e-3) for t in times)  # half the runs in the budget
     assert clock.idles == [pytest.approx(1e-3)] * 25
 

@@ -17,8 +17,10 @@ batch of calls is captured once in a CUDA graph and each replay is timed (divide
 the batch), which removes the launch overhead that dominates kernels of a few
 microseconds; the L2 is not flushed inside a replay. With `cooldown`, the GPU idles
 (a spin on the GPU that keeps the launch queue full) for that multiple of the estimated
-run time after each timed run, which lowers the average power of long, power-hungry
-kernels so that their clock, and so their time, varies less. With `clock="host"` the same
+run time after each timed run (by default as long as the run itself). Long, power-hungry
+kernels otherwise run the GPU at its power limit, where its clock, and so their time,
+wanders: on an H100, a 4096^3 fp16 matmul's medians varied 1.5% across calls without it
+and 0.3% with it (docs/benchmarks/gpu_measure.md). With `clock="host"` the same
 procedure runs on the host clock (`time.perf_counter` around a synchronised run), for
 CPU tensors and tests. torch is imported only when a timer first runs.
 
@@ -54,7 +56,7 @@ class CudaTimer:
     flush_l2: bool = True
     cuda_graph: bool = False
     graph_batch: int | None = None  # calls per captured graph; None: about 1 ms of work
-    cooldown: float = 0.0  # GPU idle after each timed run, as a multiple of the estimated run time
+    cooldown: float = 1.0  # GPU idle after each timed run, as a multiple of the estimated run time
     clock: str = "cuda"  # "cuda" (events) or "host" (perf_counter around synchronised runs)
 
     def __post_init__(self) -> None:
