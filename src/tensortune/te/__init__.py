@@ -17,11 +17,13 @@ Example:
 
 from __future__ import annotations
 
-from .build import Kernel, build
+from .analysis import AccessInfo, LoopInfo, StoreInfo, loop_nest_info
+from .build import Kernel, build, c_source
 from .dtype import TEError
 from .expr import Expr, IterVar, Var, const
 from .interpret import evaluate
 from .ir import LoweredFunc
+from .lower import lower
 from .ops import (abs, all, any, cast, equal, erf, exp, if_then_else, log, max, maximum, min, minimum, not_equal,
                   reduce_axis, select, sigmoid, sqrt, sum, tanh)
 from .parse import parse
@@ -30,7 +32,7 @@ from .steps import Step, steps_from_json, steps_to_json
 from .tensor import Tensor, compute, graph, placeholder, placeholders
 
 __all__ = [
-    "Expr", "IterVar", "Kernel", "Loop", "LoweredFunc", "Schedule", "Stage", "Step", "TEError", "Tensor", "Var",
+    "AccessInfo", "LoopInfo", "StoreInfo", "c_source", "loop_nest_info", "lower", "Expr", "IterVar", "Kernel", "Loop", "LoweredFunc", "Schedule", "Stage", "Step", "TEError", "Tensor", "Var",
     "abs", "all", "any", "build", "cast", "compute", "const", "create_schedule", "equal", "erf", "evaluate", "exp",
     "graph", "if_then_else", "log", "max", "maximum", "min", "minimum", "not_equal", "parse", "placeholder",
     "placeholders", "reduce_axis", "select", "sigmoid", "sqrt", "steps_from_json", "steps_to_json", "sum", "tanh",

@@ -64,8 +64,7 @@ def infer_bounds(stages: Mapping[str, StageState], bodies: Mapping[str, Expr]) -
         base, region = full, shape
         lower = upper = tuple(False for _ in shape)
         if st.attach is not None:
-            base, region, lower, upper = _attached_region(st, stages[st.attach[0]], out[st.attach[0]],
-                                                          st.attach[1], bodies[st.attach[0]], var_ranges)
+            base, region, lower, upper = _attached_region(st, stages, out, bodies, var_ranges)
         root = {a.name: region[d] for d, a in enumerate(st.axes)}
         root.update({a.name: a.extent for a in st.reduce_axes})
         b = StageBounds(base, region, st.loop_extents(root), lower, upper)
@@ -75,16 +74,29 @@ def infer_bounds(stages: Mapping[str, StageState], bodies: Mapping[str, Expr]) -
     return out
 
 
-def _attached_region(st: StageState, target: StageState, tb: StageBounds, loop: str, body: Expr,
-                     var_ranges: Mapping[Expr, Range]):
+def _attached_region(st: StageState, stages: Mapping[str, StageState], bounds: Mapping[str, StageBounds],
+                     bodies: Mapping[str, Expr], var_ranges: Mapping[Expr, Range]):
     shape = st.tensor.shape
-    values = root_values(target, tb)
-    inside = target.leaves[target.leaves.index(loop) + 1:]
-    varying = {target.loop_var(x): (0, tb.extents[x] - 1) for x in inside}
+    target, loop = st.attach  # type: ignore[misc]
+    t = stages[target]
     per_dim: list[list] = [[] for _ in shape]
-    for r in reads_of(body, st.tensor):
-        for d, ix in enumerate(r.indices):
-            per_dim[d].append(symbolic_range(substitute(ix, values), varying))
+    for consumer, body in bodies.items():
+        if consumer == st.name or not reads_of(body, st.tensor):
+            continue
+        # everything nested inside one iteration of `loop` varies: the consumer's loops, the
+        # loops of the stages it is computed inside (up to the target), the target's inner loops
+        moving: list[Expr] = []
+        cur = consumer
+        while cur != target:
+            c = stages[cur]
+            moving.extend(c.loop_var(x) for x in c.leaves)
+            cur = c.attach[0]  # type: ignore[index]
+        moving.extend(t.loop_var(x) for x in t.leaves[t.leaves.index(loop) + 1:])
+        varying = {v: var_ranges[v] for v in moving}
+        values = root_values(stages[consumer], bounds[consumer])
+        for r in reads_of(body, st.tensor):
+            for d, ix in enumerate(r.indices):
+                per_dim[d].append(symbolic_range(substitute(ix, values), varying))
     base, region, lower, upper = [], [], [], []
     for d, ranges in enumerate(per_dim):
         fallback = not ranges or any(r is None for r in ranges) or len({r.base for r in ranges}) > 1

@@ -109,6 +109,16 @@ def reference_outputs(outputs: tuple[Tensor, ...], **arrays: np.ndarray) -> dict
     return dict(zip((t.name for t in outputs), evaluate(list(outputs), inputs)))
 
 
+def c_source(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tensor] | None = None,
+             name: str = "kernel") -> str:
+    """The C source `build` would compile (compile it with `CCompiler().compile(source,
+    extra_flags=c_codegen.FLAGS)`)."""
+    from ..backends.c_codegen import generate_c
+    if not isinstance(schedule, Schedule):
+        schedule = Schedule(schedule)
+    return generate_c(schedule.lower(name, args))
+
+
 def build(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tensor] | None = None,
           target: str = "c", name: str = "kernel", compiler: Any = None,
           defines: Mapping[str, Any] | None = None) -> Kernel:

@@ -45,6 +45,8 @@ def normalize_index(e: Expr) -> Expr:
 
 
 def lower(sch: Schedule, args: Sequence[Tensor] | None = None, name: str = "kernel") -> LoweredFunc:
+    """The loop-nest program of a schedule; `args` orders the arguments (default: inputs,
+    then outputs)."""
     return _Lowering(sch, args, name).run()
 
 

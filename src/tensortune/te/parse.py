@@ -25,8 +25,8 @@ from .dtype import TEError, check_dtype
 from .expr import Expr, IterVar, binary, compare, logical
 from .tensor import Tensor, compute, placeholder
 
-_TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+)|(?P<name>[A-Za-z_]\w*)|"
-                    r"(?P<op>\+=!|max=!|min=!|\+=|==|!=|<=|>=|&&|\|\||//|[-+*/%()<>?:,=]))")
+_TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+)|"
+                    r"(?P<op>\+=!|max=!|min=!|\+=|==|!=|<=|>=|&&|\|\||//|[-+*/%()<>?:,=])|(?P<name>[A-Za-z_]\w*))")
 _REDUCERS = {"+=!": "sum", "max=!": "max", "min=!": "min"}
 _FUNCS = {"exp": ops.exp, "log": ops.log, "sqrt": ops.sqrt, "tanh": ops.tanh, "abs": ops.abs, "erf": ops.erf,
           "sigmoid": ops.sigmoid, "max": ops.maximum, "min": ops.minimum}
@@ -229,10 +229,11 @@ class _Statement:
             for d, ix in enumerate(n[2]):
                 if ix[0] == "index" and ix[1] not in ranges:
                     prev = found.get(ix[1])
+                    where = f"dimension {d} of {t.name}"
                     if prev and prev[0] != t.shape[d]:
-                        raise TEError(f"parse: index {ix[1]!r} ranges over {prev[0]} in {prev[1]} but over "
-                                      f"{t.shape[d]} in {t.name}")
-                    found[ix[1]] = (t.shape[d], t.name)
+                        raise TEError(f"parse: index {ix[1]!r} ranges over {prev[0]} ({prev[1]}) but over "
+                                      f"{t.shape[d]} ({where})")
+                    found[ix[1]] = (t.shape[d], where)
         for x, (extent, _) in found.items():
             ranges.setdefault(x, extent)
         for x in self._indices(rhs):

@@ -28,7 +28,7 @@ from .steps import CacheRead, CacheWrite, Step, steps_from_json, steps_to_json
 from .tensor import ComputeOp, Tensor, compute, graph
 
 ANNOTATIONS = ("parallel", "vectorize", "unroll", "none")
-MAX_UNROLL = 1024
+MAX_UNROLL = 512  # iterations of an unrolled loop and of the loops inside it
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class Schedule:
                         for t in tensors if not t.is_placeholder}
         self._steps: list[Step] = []
         self._bounds: dict[str, StageBounds] | None = None
+        self._bodies: dict[str, Expr] | None = None
 
     # -- access --
 
@@ -101,8 +102,10 @@ class Schedule:
 
     def bodies(self) -> dict[str, Expr]:
         """Each non-inlined stage's body with inlined producers substituted."""
-        inlined = {id(st.tensor): st for st in self._stages.values() if st.inlined}
-        return {n: inline_reads(st.body, inlined) for n, st in self._stages.items() if not st.inlined}
+        if self._bodies is None:
+            inlined = {id(st.tensor): st for st in self._stages.values() if st.inlined}
+            self._bodies = {n: inline_reads(st.body, inlined) for n, st in self._stages.items() if not st.inlined}
+        return self._bodies
 
     def bounds(self) -> dict[str, StageBounds]:
         if self._bounds is None:
@@ -110,8 +113,39 @@ class Schedule:
         return self._bounds
 
     def consumers(self, name: str) -> list[str]:
+        """The non-inlined stages that read `name` (through inlined stages too)."""
         t = self._stages[name].tensor if name in self._stages else next(x for x in self.inputs if x.name == name)
         return [n for n, body in self.bodies().items() if n != name and reads_of(body, t)]
+
+    def producers(self, name: str) -> list[str]:
+        """The non-inlined computed stages that `name` reads (through inlined stages too)."""
+        body = self.bodies()[name]
+        return [n for n, st in self._stages.items() if not st.inlined and n != name and reads_of(body, st.tensor)]
+
+    def attach_problem(self, name: str, target: str, loop: str) -> str | None:
+        """Why `name` cannot be computed at `loop` of `target` (None if it can): each of its
+        consumers must be the target, or run inside `loop` (computed at it or inside it)."""
+        consumers = self.consumers(name)
+        if not consumers:
+            return f"{name!r} has no consumer"
+        for q in consumers:
+            if q == target:
+                continue
+            cur, inside = q, False
+            while self._stages[cur].attach is not None:
+                t, l = self._stages[cur].attach  # type: ignore[misc]
+                if t == target:
+                    leaves = self._stages[t].leaves
+                    if leaves.index(l) < leaves.index(loop):
+                        return (f"{name!r} is read by {q!r}, which runs at loop {l!r} of {target!r}, outside loop "
+                                f"{loop!r}; compute {name!r} at {l!r} or a loop around it")
+                    inside = True
+                    break
+                cur = t
+            if not inside:
+                return (f"{name!r} is read by {', '.join(consumers)}; each reader must be {target!r} or be computed "
+                        f"inside loop {loop!r} of {target!r}, and {q!r} is not")
+        return None
 
     def attached_at(self, stage: str, loop: str) -> list[str]:
         return [n for n, st in self._stages.items() if st.attach == (stage, loop)]
@@ -149,15 +183,21 @@ class Schedule:
         saved = {n: st.copy() for n, st in self._stages.items()}
         try:
             result = change()
-            self._bounds = None
+            self._bounds = self._bodies = None
             self._check()
         except Exception:
-            self._stages, self._bounds = saved, None
+            self._stages, self._bounds, self._bodies = saved, None, None
             raise
         self._steps.append(step)
         return result
 
     def _check(self) -> None:
+        for st in self._stages.values():
+            if st.attach is not None:
+                problem = self.attach_problem(st.name, *st.attach)
+                if problem:
+                    raise TEError(f"{st.name!r} is computed at loop {st.attach[1]!r} of {st.attach[0]!r}, "
+                                  f"which is no longer possible: {problem}")
         bounds = self.bounds()
         for st in self._stages.values():
             if st.inlined:
@@ -173,9 +213,16 @@ class Schedule:
                                       f"loops are {', '.join(st.leaves)})")
                     if self.attached_at(st.name, loop):
                         raise TEError(f"vectorized loop {loop!r} of {st.name!r} has stages computed inside it")
-                if ann == "unroll" and bounds[st.name].extents[loop] > MAX_UNROLL:
-                    raise TEError(f"loop {loop!r} of {st.name!r} has extent {bounds[st.name].extents[loop]}; "
-                                  f"unrolling more than {MAX_UNROLL} iterations is refused (split it first)")
+                if ann == "unroll":
+                    ext = bounds[st.name].extents
+                    inner = st.leaves[st.leaves.index(loop):]
+                    steps = 1
+                    for x in inner:
+                        steps *= ext[x]
+                    if steps > MAX_UNROLL:
+                        raise TEError(f"unrolling loop {loop!r} of {st.name!r} would copy its body {steps} times "
+                                      f"(its extent times those of the loops inside it); the limit is {MAX_UNROLL}, "
+                                      "split it or unroll an inner loop")
             if par and st.attach is not None:
                 target, loop = st.attach
                 while True:

@@ -233,10 +233,9 @@ class Stage:
             raise TEError(f"compute_at: {self.name!r} is inlined")
         if tname == self.name:
             raise TEError("compute_at: a stage cannot be computed inside itself")
-        consumers = self.schedule.consumers(self.name)
-        if consumers != [tname]:
-            raise TEError(f"compute_at: {self.name!r} is read by {', '.join(consumers) or 'nothing'}; it can be "
-                          f"computed at {tname!r} only if that is its one consumer")
+        problem = self.schedule.attach_problem(self.name, tname, lname)
+        if problem:
+            raise TEError(f"compute_at: {problem}")
         if tstage._st.annotations.get(lname) == "vectorize":
             raise TEError(f"compute_at: loop {lname!r} of {tname!r} is vectorized")
 

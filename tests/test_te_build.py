@@ -1,0 +1,296 @@
+"""Compiled tensor expressions: every workload, default and hand-scheduled (with tails),
+random schedules, calling conventions, dtypes, and checked runs in an isolated worker.
+Each kernel is compared with the NumPy interpreter on random (never zero) inputs."""
+
+import random
+
+import numpy as np
+import pytest
+
+from tensortune import te
+from tensortune.backends import CCompiler, CRunner
+from tensortune.backends.c_kernel import run_c_candidate
+from tensortune.measure import BuildResult, CandidateError, ErrorKind, Timer, check_close
+from tensortune.space import Config
+from tensortune.te import workloads as W
+from tensortune.te.dtype import TEError
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(scope="module")
+def cc(tmp_path_factory):
+    return CCompiler(cache_dir=tmp_path_factory.mktemp("te-cc"))
+
+
+def inputs_for(w):
+    return [RNG.standard_normal(t.shape).astype(t.dtype) if t.dtype.startswith("float")
+            else RNG.integers(-9, 9, t.shape).astype(t.dtype) for t in w.inputs]
+
+
+def check(w, s, cc, tol=1e-4):
+    kernel = te.build(s, w.args, compiler=cc)
+    ins = inputs_for(w)
+    got = kernel(*ins)
+    want = te.evaluate(w.outputs[0], dict(zip(w.inputs, ins)))
+    check_close(got, want, tol, tol)
+    return kernel
+
+
+WORKLOADS = {
+    "matmul": lambda: W.matmul(19, 24, 13),
+    "batch_matmul": lambda: W.batch_matmul(3, 10, 16, 7),
+    "matmul_bias_relu": lambda: W.matmul_bias_relu(20, 32, 9),
+    "conv2d_s1": lambda: W.conv2d_nchw(2, 3, 10, 9, 4, 3, 3, stride=1, padding=1),
+    "conv2d_s2": lambda: W.conv2d_nchw(1, 3, 11, 10, 5, 3, 3, stride=2, padding=1),
+    "depthwise": lambda: W.depthwise_conv2d_nchw(1, 6, 9, 10, 3, 3, stride=1, padding=1),
+    "softmax": lambda: W.softmax(7, 37),
+    "layer_norm": lambda: W.layer_norm(6, 45),
+    "transpose": lambda: W.transpose(13, 29),
+}
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_default_schedule_is_correct(name, cc):
+    w = WORKLOADS[name]()
+    check(w, te.create_schedule(w.outputs), cc)
+
+
+def sched_matmul(w):
+    s = te.create_schedule(w.outputs)
+    C = w.output
+    CL = s.cache_write(C)
+    io, jo, ii, ji = s[C].tile("i", "j", 4, 16)  # 19 rows: a guarded tail
+    s[C].parallel(s[C].fuse(io, jo))
+    s[CL].compute_at(s[C], "i.0@j.0")
+    ko, ki = s[CL].split("k", 4)  # 13 = 3 * 4 + 1: a guarded reduction tail
+    s[CL].reorder(ko, ki, "i", "j")
+    s[CL].unroll("i")
+    s[CL].vectorize("j")
+    s[C].vectorize(ji)
+    return s
+
+
+def sched_batch_matmul(w):
+    s = te.create_schedule(w.outputs)
+    C = s[w.output]
+    io, ii = C.split("i", 4)
+    C.parallel(C.fuse("x", io))
+    C.reorder("x@i.0", ii, "k", "j")
+    C.vectorize("j")
+    return s
+
+
+def sched_matmul_bias_relu(w):
+    s = te.create_schedule(w.outputs)
+    D = s["D"]
+    io, jo, ii, ji = D.tile("i", "j", 8, 16)
+    D.parallel(io)
+    D.vectorize(ji)
+    s["C"].compute_at(D, jo)
+    s["C"].reorder("k", "i", "j")
+    s["C"].vectorize("j")
+    return s
+
+
+def sched_conv(w):
+    s = te.create_schedule(w.outputs)
+    conv = w.output
+    CL = s.cache_write(conv)
+    s["pad"].compute_inline()
+    f = s[conv]
+    yo, yi = f.split("y", 2)
+    xo, xi = f.split("x", 4)
+    f.reorder("b", "f", yo, xo, yi, xi)
+    f.parallel(f.fuse("b", "f"))
+    s[CL].compute_at(f, xo)
+    s[CL].reorder("rc", "rr", "rs", "b", "f", "y", "x")
+    s[CL].unroll("rs")
+    s[CL].vectorize("x")
+    return s
+
+
+def sched_conv_pad_at(w):
+    s = te.create_schedule(w.outputs)
+    conv = s[w.output]
+    fo, fi = conv.split("f", 2)
+    conv.reorder("b", fo, "y", "rc", "rr", "rs", fi, "x")
+    s["pad"].compute_at(conv, "y")  # the padded rows one output row needs
+    conv.vectorize("x")
+    return s
+
+
+def sched_depthwise(w):
+    s = te.create_schedule(w.outputs)
+    s["pad"].compute_inline()
+    d = s[w.output]
+    d.parallel(d.fuse("b", "ch"))
+    xo, xi = d.split("x", 8)
+    d.reorder("b@ch", "y", xo, "rr", "rs", xi)
+    d.vectorize(xi)
+    return s
+
+
+def sched_softmax(w):
+    s = te.create_schedule(w.outputs)
+    out = s[w.output]
+    io, ii = out.split("i", 3)
+    out.parallel(io)
+    jo, ji = out.split("j", 16)
+    out.vectorize(ji)
+    for name in ("rowsum", "exp", "rowmax"):
+        s[name].compute_at(out, ii)
+    s["exp"].vectorize("j")
+    return s
+
+
+def sched_layer_norm(w):
+    s = te.create_schedule(w.outputs)
+    out = s[w.output]
+    out.parallel("i")
+    jo, ji = out.split("j", 8)
+    out.vectorize(ji)
+    s["var"].compute_at(out, "i")
+    s["mean"].compute_at(out, "i")
+    return s
+
+
+def sched_transpose(w):
+    s = te.create_schedule(w.outputs)
+    T = s[w.output]
+    io, jo, ii, ji = T.tile("i", "j", 8, 8)
+    T.parallel(io)
+    T.unroll(ii)
+    T.vectorize(ji)
+    return s
+
+
+HAND = {"matmul": sched_matmul, "batch_matmul": sched_batch_matmul, "matmul_bias_relu": sched_matmul_bias_relu,
+        "conv2d_s1": sched_conv, "conv2d_s2": sched_conv_pad_at, "depthwise": sched_depthwise,
+        "softmax": sched_softmax, "layer_norm": sched_layer_norm, "transpose": sched_transpose}
+
+
+@pytest.mark.parametrize("name", HAND)
+def test_hand_schedules_with_tails_are_correct(name, cc):
+    w = WORKLOADS[name]()
+    check(w, HAND[name](w), cc)
+
+
+def test_conv2d_stride2_with_hand_schedule_of_stride1(cc):
+    w = WORKLOADS["conv2d_s2"]()
+    check(w, sched_conv(w), cc)
+
+
+def test_annotations_become_pragmas(cc):
+    w = WORKLOADS["matmul"]()
+    src = te.build(sched_matmul(w), w.args, compiler=cc).source
+    assert "#pragma omp parallel for" in src and "#pragma omp simd" in src and "#pragma GCC unroll 4" in src
+    assert "float C_local[64] __attribute__((aligned(64)));" in src
+    assert "const float* restrict A" in src and "float* restrict C" in src
+
+
+def _try(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except TEError:
+        pass
+
+
+def random_schedule(w, rnd):
+    """Random primitives (illegal ones are refused and skipped): splits with non-dividing
+    factors, reorders, fusions, annotations, inlining, caches and compute locations."""
+    s = te.create_schedule(w.outputs)
+    for st in reversed(s.stages):
+        if not st.is_output and not st.is_reduction and rnd.random() < 0.4:
+            _try(st.compute_inline)
+        elif st.is_reduction and rnd.random() < 0.4:
+            _try(s.cache_write, st.name)
+    if rnd.random() < 0.3:
+        _try(s.cache_read, w.inputs[0].name, s.consumers(w.inputs[0].name))
+    for st in reversed(s.stages):
+        if st.inlined:
+            continue
+        for _ in range(rnd.randint(0, 3)):
+            _try(st.split, rnd.choice(st.loops), factors=rnd.choice([[2], [3], [4], [5], [8], [2, 3], [4, 2]]))
+        order = st.loops
+        rnd.shuffle(order)
+        _try(st.reorder, *order)
+        if len(st.loops) > 1 and rnd.random() < 0.4:
+            k = rnd.randrange(len(st.loops) - 1)
+            _try(st.fuse, st.loops[k], st.loops[k + 1])
+        if st.attach is None:  # (parallel loops deep inside serial ones are legal but slow on a busy machine)
+            _try(st.parallel, st.loops[0])
+        _try(st.vectorize, st.loops[-1])
+        small = [x for x in st.loops if x.extent <= 8]
+        if small and rnd.random() < 0.4:
+            _try(st.unroll, rnd.choice(small))  # (bigger unrolls are legal but slow to compile)
+    for st in s.stages:
+        if st.inlined or st.is_output or rnd.random() < 0.3:
+            continue
+        cons = s.consumers(st.name)
+        targets = [x for x in s.stages if not x.inlined and x.name != st.name and x.name in cons + [
+            s.state(c).attach[0] for c in cons if s.state(c).attach]]
+        if targets:
+            t = rnd.choice(targets)
+            _try(st.compute_at, t, rnd.choice(t.loops))
+    return s
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_schedules_are_correct(seed, cc):
+    names = list(WORKLOADS)
+    w = WORKLOADS[names[seed % len(names)]]()
+    s = random_schedule(w, random.Random(seed))
+    check(w, s, cc)
+    again = te.Schedule.from_steps(w.outputs, s.to_json())
+    assert str(again) == str(s)
+
+
+def test_kernel_calling_conventions_and_argument_checks(cc):
+    w = W.matmul(8, 16, 4)
+    k = te.build(te.create_schedule(w.outputs), [w.inputs[1], w.output, w.inputs[0]], compiler=cc)
+    a, b = RNG.standard_normal((8, 4)).astype("float32"), RNG.standard_normal((4, 16)).astype("float32")
+    c = np.full((8, 16), np.nan, "float32")
+    assert k(b, c, a) is c
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(k(b, a), a @ b, rtol=1e-5, atol=1e-5)  # inputs only: output allocated
+    with pytest.raises(TEError, match="must be float32\\[4, 16\\], got float64"):
+        k(b.astype("float64"), a)
+    with pytest.raises(TEError, match="shares memory"):
+        big = np.zeros((8, 16), "float32")
+        k(big[:4], big, a)
+    with pytest.raises(TEError, match="or all 3 arguments"):
+        k(a)
+    with pytest.raises(TEError, match="input 'A' is missing"):
+        te.build(te.create_schedule(w.outputs), [w.inputs[1], w.output], compiler=cc)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32", "float16"])
+def test_other_dtypes(dtype, cc):
+    A = te.placeholder((6, 10), dtype, name="A")
+    k = te.reduce_axis(10, "k")
+    if dtype == "int32":
+        M = te.compute((6,), lambda i: te.max(A[i, k] * 3 // 2 - A[i, k] % 4, axis=k), name="M")
+    else:
+        M = te.compute((6,), lambda i: te.sum(te.exp(A[i, k] * 0.1) - te.sqrt(te.abs(A[i, k])), axis=k), name="M")
+    s = te.create_schedule(M)
+    io, ii = s[M].split("i", 4)
+    s[M].parallel(io)
+    w = W.Computation("t", (A,), (M,), 0.0)
+    check(w, s, cc, tol=2e-2 if dtype == "float16" else 1e-9 if dtype == "float64" else 0)
+
+
+def test_checked_runs_in_an_isolated_worker_catch_wrong_kernels(cc):
+    w = WORKLOADS["softmax"]()
+    kernel = te.build(sched_softmax(w), w.args, compiler=cc)
+    problem = kernel.problem()
+    wrong = cc.compile(kernel.source.replace("expf(", "exp2f("), {}, kernel.flags)
+    runner = CRunner(problem, Timer(warmup_seconds=0, min_repeats=2, budget_seconds=0))
+    try:
+        good, bad = runner.run([BuildResult(Config(v=0), str(kernel.library)), BuildResult(Config(v=1), str(wrong))])
+    finally:
+        runner.close()
+    assert good.ok and len(good.times) >= 2
+    assert bad.error is ErrorKind.WRONG_RESULT
+    with pytest.raises(CandidateError):
+        run_c_candidate(str(wrong), problem, Timer(min_repeats=1, budget_seconds=0), 3)
