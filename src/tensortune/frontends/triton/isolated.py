@@ -133,14 +133,14 @@ def grids_for(grid: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: 
 
 
 def parallel_builder(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], jobs: int | None,
-                     stream: bool) -> Any | None:
+                     stream: bool, target: Any = "auto") -> Any | None:
     """A streaming parallel compiler for this kernel's candidates, or None if not possible."""
     ref = kernel_ref(kernel)
     if ref is None:
         return None
     from ...measure.triton_compile import triton_builder
 
-    builder = triton_builder(ref, compile_args(args), target="auto", jobs=jobs, stream=stream)
+    builder = triton_builder(ref, compile_args(args), target=target, jobs=jobs, stream=stream)
     if kwargs:
         builder.compile_fn = functools.partial(compile_with, dict(kwargs), builder.compile_fn)
     return builder

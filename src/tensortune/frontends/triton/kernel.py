@@ -268,8 +268,8 @@ class AutotunedKernel(KernelInterface):
             runner = LaunchRunner(candidate, pristine, ctx.timer, hooks, o.reference, o.tolerance)
         if o.builder is not None:
             builder = o.builder(self, cands.space, args, kwargs, grid) if callable(o.builder) else o.builder
-        elif self.interpreted or kwargs.keys() - set(self.arg_names):
-            builder = None
+        elif self.interpreted:
+            builder = None  # nothing to compile
         else:
             builder = isolated.parallel_builder(self.fn, args, kwargs, o.compile_jobs, stream=True)
         return runner, builder

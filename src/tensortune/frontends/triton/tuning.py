@@ -54,8 +54,7 @@ def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: 
     size = space.size if space.size_is_exact else math.inf
     covers = budget.trials is not None and budget.trials >= size
     if batch_size is None:
-        jobs = getattr(builder, "jobs", 1) if builder is not None else 1
-        batch_size = int(budget.trials) if covers and budget.trials else max(8, jobs)
+        batch_size = int(budget.trials) if covers and budget.trials else 8
     tuner = Tuner(space, runner, workload=workload, target=target, db=db, builder=builder,
                   strategy=strategy, budget=budget, seed=seed, batch_size=batch_size, progress=progress,
                   description=description or workload.name)

@@ -1,0 +1,430 @@
+"""@tensortune.autotune against triton.autotune and cuBLAS on an fp16 matmul (H100).
+
+One run, side by side, every phase in its own process so each starts from the state it
+claims (a cold Triton cache where it says so):
+
+1. triton.autotune over the 216-configuration grid (BLOCK_M {32,64,128,256} x BLOCK_N
+   {64,128,256} x BLOCK_K {32,64,128} x num_stages {3,4,5} x num_warps {4,8}), cold
+   Triton cache: seconds from the first launch to its result (compiling one by one
+   inside the first timing of each configuration, as Triton does).
+2. @tensortune.autotune, the same list and kernel, exhaustive, cold Triton cache, empty
+   records: seconds from the first launch to its result (parallel compile streaming into
+   an isolated GPU worker, every candidate checked against torch.matmul).
+3. @tensortune.autotune with budget=32 and the default strategy, empty records.
+4. One process re-times the winners of 1-3 and torch.matmul (cuBLAS) interleaved with
+   the same CUDA-event timer (cold L2) and reports TFLOP/s; and the dispatch overhead of
+   a tuned launch over a direct launch of the same configuration (host time per launch).
+5. A second process with the records of 2 and the compiled kernels on disk: what it
+   measures (nothing) and how long its first launch of each shape takes.
+
+Usage (CUDA machine):  PYTHONPATH=src python benchmarks/triton_matmul.py --out OUT
+                       [--triton-shapes 4096x4096x4096] (triton.autotune is ~3 min a shape)
+Dry run on a CPU:      PYTHONPATH=src python benchmarks/triton_matmul.py --cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import triton
+import triton.language as tl
+
+SHAPES = ["4096x4096x4096", "8192x8192x8192", "256x14336x4096", "8192x1024x1024"]
+GRID = dict(BLOCK_M=(32, 64, 128, 256), BLOCK_N=(64, 128, 256), BLOCK_K=(32, 64, 128),
+            num_stages=(3, 4, 5), num_warps=(4, 8))
+CPU_SHAPES = ["64x64x64", "32x96x64"]
+CPU_GRID = dict(BLOCK_M=(16, 32), BLOCK_N=(16, 32), BLOCK_K=(16,), num_stages=(3,), num_warps=(4,))
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr = 8):
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    group = GROUP_M * num_n
+    first_m = (pid // group) * GROUP_M
+    size_m = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group) % size_m
+    pid_n = (pid % group) // size_m
+    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+def reference(a, b, c, *rest):
+    """What every candidate must compute (module level: it travels to the GPU worker)."""
+    c.copy_(a @ b)
+
+
+def configs(grid):
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_stages=s, num_warps=w)
+            for m, n, k, s, w in itertools.product(*grid.values())]
+
+
+def parse(shape):
+    return tuple(int(x) for x in shape.split("x"))
+
+
+def make_args(M, N, K, device, dtype_name):
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    gen = torch.Generator(device=device).manual_seed(M * 7 + N * 3 + K)
+    a = torch.randn(M, K, device=device, dtype=torch.float32, generator=gen).to(dtype)
+    b = torch.randn(K, N, device=device, dtype=torch.float32, generator=gen).to(dtype)
+    c = torch.empty(M, N, device=device, dtype=dtype)
+    return (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+
+
+def grid_of(M, N):
+    return lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+
+
+def synchronize(cpu):
+    if not cpu:
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def host_bench(fn, quantiles):
+    """Triton-style do_bench for the CPU dry run (triton.testing needs a GPU)."""
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return [statistics.median(times)] * len(quantiles)
+
+
+# ---- phases, each run in its own process -----------------------------------------------------------
+def phase_triton(opts):
+    M, N, K = parse(opts.shape)
+    args = make_args(M, N, K, opts.device, opts.dtype)
+    kernel = triton.autotune(configs(opts.grid), key=["M", "N", "K"],
+                             do_bench=host_bench if opts.cpu else None)(matmul_kernel)
+    start = time.perf_counter()
+    kernel[grid_of(M, N)](*args)
+    synchronize(opts.cpu)
+    seconds = time.perf_counter() - start
+    best = kernel.best_config
+    timings = getattr(kernel, "configs_timings", {}) or {}
+    failed = sum(1 for t in timings.values() if not (t[0] < float("inf")))
+    return {"seconds": seconds, "best": {**best.kwargs, "num_warps": best.num_warps, "num_stages": best.num_stages},
+            "configs": len(timings), "failed": failed}
+
+
+def phase_tensortune(opts):
+    import tensortune as tt
+
+    M, N, K = parse(opts.shape)
+    args = make_args(M, N, K, opts.device, opts.dtype)
+    budget = opts.budget or len(configs(opts.grid))
+    kernel = tt.autotune(configs(opts.grid), key=["M", "N", "K"], budget=budget, reference=reference,
+                         settings=tt.Settings(db_path=Path(opts.db), progress=False),
+                         timer=_cpu_timer() if opts.cpu else None)(matmul_kernel)
+    start = time.perf_counter()
+    kernel[grid_of(M, N)](*args)
+    synchronize(opts.cpu)
+    seconds = time.perf_counter() - start
+    (tuning,) = kernel.tunings.values()
+    history = tuning.result.history
+    return {"seconds": seconds, "best": kernel.best_config.as_dict(), "trials": tuning.result.trials,
+            "failed": sum(1 for r in history if not r.ok),
+            "errors": sorted({str(r.error) for r in history if not r.ok}),
+            "strategy": tuning.final.extra.get("strategy"), "confidence": tuning.final.extra.get("confidence"),
+            "compile_seconds_total": round(sum(r.compile_seconds for r in history), 2),
+            "isolated": any("device" in r.extra for r in history)}
+
+
+def _cpu_timer():
+    from tensortune.measure.cuda_timer import CudaTimer
+
+    return CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
+
+
+def phase_compare(opts):
+    """Re-time the winners and cuBLAS interleaved; measure the dispatch overhead."""
+    import torch
+
+    from tensortune.measure.confirm import confirm_winners
+    from tensortune.measure.cuda_timer import CudaTimer
+
+    timer = _cpu_timer() if opts.cpu else CudaTimer(budget_seconds=0.1, warmup_seconds=0.025)
+    picks = json.loads(opts.picks)
+    out = {}
+    for shape, by_name in picks.items():
+        M, N, K = parse(shape)
+        args = make_args(M, N, K, opts.device, opts.dtype)
+        a, b = args[0], args[1]
+        runs = {}
+        for name, cfg in by_name.items():
+            if cfg is not None:
+                kw = {k: v for k, v in cfg.items() if v is not None}
+                runs[name] = (lambda kw=kw: matmul_kernel[grid_of(M, N)](*args, **kw))
+        runs["cublas"] = lambda: torch.matmul(a, b, out=args[2])
+        for fn in runs.values():
+            fn()  # compile (a cache hit) and warm up outside the timing
+        synchronize(opts.cpu)
+        conf = confirm_winners(runs, timer, within=None, rounds=5)
+        flops = 2.0 * M * N * K
+        out[shape] = {name: {"seconds": conf.medians[name], "tflops": flops / conf.medians[name] / 1e12}
+                      for name in runs}
+    out["dispatch"] = dispatch_overhead(opts)
+    return out
+
+
+def dispatch_overhead(opts):
+    """Host time per launch, tuned kernel vs a direct launch of the same configuration."""
+    import tensortune as tt
+
+    M = N = K = 256 if not opts.cpu else 32
+    args = make_args(M, N, K, opts.device, opts.dtype)
+    two = configs(opts.grid)[:2]
+    kernel = tt.autotune(two, key=["M", "N", "K"], db=":memory:", isolate=False, progress=False,
+                         timer=_cpu_timer() if opts.cpu else None)(matmul_kernel)
+    grid = grid_of(M, N)
+    kernel[grid](*args)
+    cfg = dict(kernel.best_config)
+    n = 2000 if not opts.cpu else 20
+
+    def per_launch(fn):
+        synchronize(opts.cpu)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        synchronize(opts.cpu)
+        return (time.perf_counter() - t0) / n
+
+    direct = lambda: matmul_kernel[grid](*args, **cfg)  # noqa: E731
+    tuned = lambda: kernel[grid](*args)  # noqa: E731
+    rounds = [(per_launch(direct), per_launch(tuned)) for _ in range(7)]
+    d = min(r[0] for r in rounds)
+    t = min(r[1] for r in rounds)
+    return {"direct_us": d * 1e6, "tuned_us": t * 1e6, "overhead_us": (t - d) * 1e6, "launches": n,
+            "shape": f"{M}x{N}x{K}"}
+
+
+def phase_second(opts):
+    """A fresh process with the records of the exhaustive runs: nothing is measured."""
+    t_import = time.perf_counter()
+    import tensortune as tt
+
+    calls = {"n": 0}
+
+    class Counting:  # a timer that counts: any measurement would call it
+        def time(self, fn):
+            calls["n"] += 1
+            return (1.0,)
+
+    kernel = tt.autotune(configs(opts.grid), key=["M", "N", "K"], reference=reference, timer=Counting(),
+                         isolate=False, settings=tt.Settings(db_path=Path(opts.db), progress=False))(matmul_kernel)
+    ready = time.perf_counter() - t_import
+    out = {"import_and_decorate_seconds": ready, "shapes": {}}
+    for shape in opts.shapes:
+        M, N, K = parse(shape)
+        args = make_args(M, N, K, opts.device, opts.dtype)
+        synchronize(opts.cpu)
+        start = time.perf_counter()
+        kernel[grid_of(M, N)](*args)
+        synchronize(opts.cpu)
+        first = time.perf_counter() - start
+        d = [d for d in kernel.decisions().values() if d.key.values == (M, N, K)][0]
+        out["shapes"][shape] = {"first_launch_seconds": first, "source": d.source, "config": d.config.as_dict()}
+    out["measurements"] = calls["n"]
+    return out
+
+
+PHASES = {"triton": phase_triton, "tensortune": phase_tensortune, "compare": phase_compare, "second": phase_second}
+
+
+# ---- the orchestrator ---------------------------------------------------------------------------------
+def run_phase(name, env_extra, log, timeout, **kw):
+    cmd = [sys.executable, __file__, "--phase", name]
+    for k, v in kw.items():
+        if v is None or v is False:
+            continue
+        flag = "--" + k.replace("_", "-")
+        if v is True:
+            cmd.append(flag)
+        elif isinstance(v, list):
+            cmd += [flag, *v]
+        else:
+            cmd += [flag, str(v)]
+    env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1"}
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(1.0, timeout))
+    except subprocess.TimeoutExpired as exc:
+        log.write(f"$ {' '.join(cmd)}\nTIMEOUT after {timeout:.0f} s\n{exc.stdout}\n{exc.stderr}\n")
+        return {"error": f"timed out after {timeout:.0f} s", "process_seconds": time.perf_counter() - start}
+    wall = time.perf_counter() - start
+    log.write(f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}\n")
+    log.flush()
+    if proc.returncode != 0:
+        print(f"phase {name} failed ({proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return {"error": proc.stderr[-2000:], "process_seconds": wall}
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["process_seconds"] = wall
+    return result
+
+
+def orchestrate(opts):
+    begin = time.perf_counter()
+    left = lambda: opts.deadline - (time.perf_counter() - begin)  # noqa: E731
+    out = Path(opts.out or os.environ.get("OUT") or "out")
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="tt-bench-"))
+    shapes = opts.shapes or (CPU_SHAPES if opts.cpu else SHAPES)
+    triton_shapes = opts.triton_shapes if opts.triton_shapes is not None else shapes[:1]
+    common = {"cpu": opts.cpu}
+    env = {"TRITON_INTERPRET": "1"} if opts.cpu else {}
+    results = {"date": time.strftime("%Y-%m-%d %H:%M"), "shapes": shapes, "grid_size": len(configs(opts.grid)),
+               "machine": machine(opts.cpu), "command": " ".join(sys.argv), "tensortune": {}, "triton": {},
+               "budget32": {}, "budget": opts.budget_run}
+    save = lambda: (out / "triton_matmul.json").write_text(json.dumps(results, indent=2))  # noqa: E731
+    log = open(out / "triton_matmul.log", "w")
+    merged = work / "cache-merged"
+
+    def keep(cache):
+        if cache.exists():
+            shutil.copytree(cache, merged, dirs_exist_ok=True)
+
+    def exhaustive(shape):  # tensortune, cold Triton cache, empty records
+        cache = work / f"cache-tt-{shape}"
+        results["tensortune"][shape] = run_phase("tensortune", {**env, "TRITON_CACHE_DIR": str(cache)}, log,
+                                                 min(240, left()), shape=shape, db=work / "exhaustive.db", **common)
+        keep(cache)
+        save()
+        print("tensortune", shape, results["tensortune"][shape], flush=True)
+
+    def with_triton(shape):  # triton.autotune, cold Triton cache
+        if left() < opts.triton_seconds:
+            results["triton"][shape] = {"error": "not run: not enough time left in this run"}
+            return
+        cache = work / f"cache-triton-{shape}"
+        results["triton"][shape] = run_phase("triton", {**env, "TRITON_CACHE_DIR": str(cache)}, log,
+                                             min(400, left()), shape=shape, **common)
+        keep(cache)
+        save()
+        print("triton.autotune", shape, results["triton"][shape], flush=True)
+
+    exhaustive(shapes[0])
+    if shapes[0] in triton_shapes:
+        with_triton(shapes[0])
+    for shape in shapes[1:]:
+        exhaustive(shape)
+    for shape in shapes:  # budget-limited, default strategy, empty records (compiled kernels on disk)
+        results["budget32"][shape] = run_phase("tensortune", {**env, "TRITON_CACHE_DIR": str(merged)}, log,
+                                               min(120, left()), shape=shape, db=work / f"budget-{shape}.db",
+                                               budget=opts.budget_run, **common)
+        save()
+        print("budget", shape, results["budget32"][shape], flush=True)
+    results["second_process"] = run_phase("second", {**env, "TRITON_CACHE_DIR": str(merged)}, log, min(120, left()),
+                                          shapes=shapes, db=work / "exhaustive.db", **common)
+    save()
+    picks = {s: {"tensortune": results["tensortune"][s].get("best"), "budget32": results["budget32"][s].get("best"),
+                 "triton.autotune": results["triton"].get(s, {}).get("best")} for s in shapes}
+    results["compare"] = run_phase("compare", {**env, "TRITON_CACHE_DIR": str(merged)}, log, min(180, left()),
+                                   picks=json.dumps(picks), **common)
+    save()
+    for shape in triton_shapes:
+        if shape not in results["triton"]:
+            with_triton(shape)
+    log.close()
+    shutil.rmtree(work, ignore_errors=True)
+    print_table(results)
+
+
+def machine(cpu):
+    if cpu:
+        return "CPU dry run (TRITON_INTERPRET=1)"
+    import torch
+
+    p = torch.cuda.get_device_properties(0)
+    return (f"{p.name}, {p.multi_processor_count} SMs, torch {torch.__version__}, triton {triton.__version__}, "
+            f"CUDA {torch.version.cuda}, {os.cpu_count()} CPU cores")
+
+
+def print_table(r):
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"fp16 matmul, {r['grid_size']} configurations ({r['machine']})")
+    for col in ("shape", "triton.autotune s", "tensortune s", "speedup", "budget-32 / grid best",
+                "tuned TFLOP/s", "cuBLAS TFLOP/s", "tuned / cuBLAS"):
+        t.add_column(col)
+    cmp = r.get("compare", {})
+    for s in r["shapes"]:
+        tri, tt_, c = r["triton"].get(s, {}), r["tensortune"].get(s, {}), cmp.get(s, {})
+        speed = f"{tri['seconds'] / tt_['seconds']:.1f}x" if "seconds" in tri and "seconds" in tt_ else "-"
+        grid_best, b32 = c.get("tensortune", {}).get("seconds"), c.get("budget32", {}).get("seconds")
+        tf, cu = c.get("tensortune", {}).get("tflops"), c.get("cublas", {}).get("tflops")
+        t.add_row(s, f"{tri['seconds']:.1f}" if "seconds" in tri else "not run",
+                  f"{tt_['seconds']:.1f}" if "seconds" in tt_ else "error", speed,
+                  f"{b32 / grid_best:.3f}" if grid_best and b32 else "-",
+                  f"{tf:.0f}" if tf else "-", f"{cu:.0f}" if cu else "-", f"{tf / cu:.2f}" if tf and cu else "-")
+    Console(width=160).print(t)
+    sp = r.get("second_process", {})
+    if "shapes" in sp:
+        firsts = ", ".join(f"{s} {v['first_launch_seconds']:.2f} s ({v['source']})" for s, v in sp["shapes"].items())
+        print(f"second process: {sp['measurements']} measurements; import+decorate "
+              f"{sp['import_and_decorate_seconds']:.2f} s; first launches: {firsts}; "
+              f"whole process {sp['process_seconds']:.1f} s")
+    d = cmp.get("dispatch")
+    if d:
+        print(f"dispatch ({d['shape']}): direct {d['direct_us']:.2f} us/launch, tuned {d['tuned_us']:.2f} us/launch, "
+              f"overhead {d['overhead_us']:.2f} us")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--phase", choices=sorted(PHASES))
+    p.add_argument("--cpu", action="store_true", help="dry run under TRITON_INTERPRET=1 with tiny shapes")
+    p.add_argument("--out", help="folder for JSON and the log (default: $OUT)")
+    p.add_argument("--shapes", nargs="+", help="MxNxK shapes (default: the four of the issue)")
+    p.add_argument("--triton-shapes", nargs="*", help="shapes to run triton.autotune on (default: the first)")
+    p.add_argument("--budget-run", type=int, default=32, help="budget of the default-strategy run")
+    p.add_argument("--budget", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=float, default=570.0, help="seconds for the whole run")
+    p.add_argument("--triton-seconds", type=float, default=200.0,
+                   help="start a triton.autotune phase only with this much time left")
+    p.add_argument("--shape")
+    p.add_argument("--db")
+    p.add_argument("--picks")
+    opts = p.parse_args()
+    opts.grid = CPU_GRID if opts.cpu else GRID
+    opts.device = "cpu" if opts.cpu else "cuda"
+    opts.dtype = "float32" if opts.cpu else "float16"
+    if opts.phase:
+        print(json.dumps(PHASES[opts.phase](opts), default=str))
+        return
+    orchestrate(opts)
+
+
+if __name__ == "__main__":
+    main()
