@@ -10,7 +10,9 @@ The configuration decides BLOCK_M/N/K, GROUP_M (tiles launched in groups of GROU
 rows, so neighbouring programs share B's columns in L2), SPLIT_K (programs split K and
 write float32 partial sums that a second kernel adds up and finishes with the epilogue:
 for tall-skinny products with too few tiles to fill the GPU), PERSISTENT (one program
-per SM looping over tiles), num_warps and num_stages.
+per SM looping over tiles), TMA (operand tiles loaded by Hopper's tensor memory
+accelerator through device-side tensor descriptors, when both factors are plain
+row-major reads), num_warps and num_stages.
 
 Example:
     >>> from tensortune.te import workloads
@@ -30,7 +32,7 @@ from ...te.dtype import is_float
 from ...te.expr import Cast, Const, Expr, Select, TensorRead
 from .exprgen import TL_TYPES, Emitter
 from .patterns import ACC, ContractionPlan
-from .source import (NUM_SMS_HELPER, CodegenError, GenOptions, KernelSource, cdiv, decompose, indent, kernel_args,
+from .source import (ALLOCATOR_HELPER, NUM_SMS_HELPER, CodegenError, GenOptions, KernelSource, cdiv, decompose, indent, kernel_args,
                      module_text, names_of, ranges_of, shapes_of)
 
 SPLITK_BLOCK = 1024
@@ -56,9 +58,39 @@ def dot_type(plan: ContractionPlan, options: GenOptions) -> str:
     return ta if ta == tb and ta in ("float16", "bfloat16", "float32") else "float32"
 
 
+def _plain(e: Expr) -> Expr:
+    while isinstance(e, Cast) and is_float(e.dtype):
+        e = e.value
+    return e
+
+
+def tma_operands(plan: ContractionPlan, options: GenOptions) -> tuple[TensorRead, TensorRead] | None:
+    """The two reads a TMA variant loads through tensor descriptors, when it applies: no
+    batch, one M, N and K axis, both factors plain reads `A[m, k]` and `B[k, n]` stored in
+    the dot's type, rows aligned to 16 bytes."""
+    if plan.batch or len(plan.m) != 1 or len(plan.n) != 1 or len(plan.k) != 1:
+        return None
+    a, b = _plain(plan.factor_a), _plain(plan.factor_b)
+    m, n, k = plan.m[0].var, plan.n[0].var, plan.k[0].var
+    if not (isinstance(a, TensorRead) and isinstance(b, TensorRead)):
+        return None
+    if a.indices != (m, k) or b.indices != (k, n):
+        return None
+    storage = {x.name: x.dtype for x in kernel_args(plan, options)}
+    dtype = dot_type(plan, options)
+    if options.interpret and dtype == "bfloat16":
+        return None
+    if storage[a.tensor.name] != dtype or storage[b.tensor.name] != dtype:
+        return None
+    item = 4 if dtype == "float32" else 2
+    if (a.tensor.shape[1] * item) % 16 or (b.tensor.shape[1] * item) % 16:
+        return None
+    return a, b
+
+
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
     c = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 1, "PERSISTENT": False,
-         "num_warps": 4, "num_stages": 3}
+         "TMA": False, "num_warps": 4, "num_stages": 3}
     unknown = set(config) - set(c)
     if unknown:
         raise CodegenError(f"unknown contraction parameter(s) {sorted(unknown)}; known: {sorted(c)}")
@@ -128,16 +160,31 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
     loop += decompose("rk", plan.k, "[None, :]", "_a")
     loop += decompose("rk", plan.k, "[:, None]", "_b")
     common = {**names_of(plan.batch)}
-    ea = Emitter({**common, **names_of(plan.m), **names_of(plan.k, "_a")}, pointers, masks=a_masks,
-                 ranges=ranges, storage=storage, shapes=shapes, prefix="ta")
-    a_name = ea.native(plan.factor_a, feed)
-    eb = Emitter({**common, **names_of(plan.n), **names_of(plan.k, "_b")}, pointers, masks=b_masks,
-                 ranges=ranges, storage=storage, shapes=shapes, prefix="tb")
-    b_name = eb.native(plan.factor_b, feed)
-    loop += ea.lines + eb.lines
-    if not even_k:
+    tma = tma_operands(plan, options) if c["TMA"] else None
+    if c["TMA"] and tma is None:
+        raise CodegenError("TMA loads need plain reads A[m, k] and B[k, n] in the dot's type, without batch")
+    descriptors: list[str] = []
+    if tma is not None:
+        ra, rb = tma
+        descriptors = [
+            f"a_desc = tl.make_tensor_descriptor({pointers[ra.tensor.name]}, shape=[{m}, {k}], strides=[{k}, 1], "
+            f"block_shape=[{bm}, {bk}])",
+            f"b_desc = tl.make_tensor_descriptor({pointers[rb.tensor.name]}, shape=[{k}, {n}], strides=[{n}, 1], "
+            f"block_shape=[{bk}, {bn}])"]
+        loop = [f"a_tile = a_desc.load([pid_m * {bm}, kk])", f"b_tile = b_desc.load([kk, pid_n * {bn}])",
+                f"acc = tl.dot(a_tile, b_tile, acc{precision})"]
+    else:
+        ea = Emitter({**common, **names_of(plan.m), **names_of(plan.k, "_a")}, pointers, masks=a_masks,
+                     ranges=ranges, storage=storage, shapes=shapes, prefix="ta")
+        a_name = ea.native(plan.factor_a, feed)
+        eb = Emitter({**common, **names_of(plan.n), **names_of(plan.k, "_b")}, pointers, masks=b_masks,
+                     ranges=ranges, storage=storage, shapes=shapes, prefix="tb")
+        b_name = eb.native(plan.factor_b, feed)
+        loop += ea.lines + eb.lines
+    if tma is None and not even_k:
         loop += [f"{a_name} = tl.where(k_ok_a, {a_name}, 0)", f"{b_name} = tl.where(k_ok_b, {b_name}, 0)"]
-    loop += [f"acc = tl.dot({a_name}, {b_name}, acc{precision})"]
+    if tma is None:
+        loop += [f"acc = tl.dot({a_name}, {b_name}, acc{precision})"]
     k_lo = "0" if split == 1 else f"pid_k * {k_chunk}"
     k_hi = str(k) if split == 1 else f"pid_k * {k_chunk} + {k_chunk}"
     tile += [f"acc = tl.zeros(({bm}, {bn}), dtype=tl.float32)",
@@ -162,7 +209,7 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
 
     # -- the kernel ----------------------------------------------------------------------------
     params = ", ".join([a.pointer for a in args] + (["p_ws"] if split > 1 else []))
-    body: list[str] = []
+    body: list[str] = list(descriptors)
     if c["PERSISTENT"]:
         body += [f"for tile in tl.range(tl.program_id(0), {tiles * nb}, tl.num_programs(0), flatten=True):",
                  *indent([f"pid_b = tile // {tiles}", f"pid = tile % {tiles}", *tile], 1)]
@@ -175,7 +222,7 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
     names = ["tt_contraction"]
     opts = f"num_warps={c['num_warps']}, num_stages={c['num_stages']}"
     call_args = ", ".join(a.pointer for a in args)
-    launch: list[str] = []
+    launch: list[str] = ["triton.set_allocator(_scratch_allocator(" + out_arg.pointer + "))"] if tma else []
     pre: list[str] = []
     if c["PERSISTENT"]:
         launch += [f"grid = (min({tiles * nb}, _num_sms({out_arg.pointer})),)"]
@@ -193,7 +240,8 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
     else:
         launch += [f"tt_contraction[grid]({call_args}, {opts})"]
         pre += [f"return [tt_contraction.warmup({call_args}, grid=(1,), {opts})]"]
-    text = module_text(plan, c, kernels, launch, pre, args, NUM_SMS_HELPER if c["PERSISTENT"] else ())
+    helpers = (NUM_SMS_HELPER if c["PERSISTENT"] else []) + (ALLOCATOR_HELPER if tma else [])
+    text = module_text(plan, c, kernels, launch, pre, args, helpers)
     return KernelSource(text, tuple(a.name for a in args), tuple(a.dtype for a in args), tuple(names), c)
 
 

@@ -60,7 +60,7 @@ def sketch(plan: GpuPlan, options: GenOptions | None = None, sms: int = H100_SMS
 
 
 def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch:
-    from .gen_contraction import dot_type
+    from .gen_contraction import dot_type, tma_operands
 
     nb, m, n, k = plan.sizes
     item = 4 if dot_type(plan, options) == "float32" else HALF_BYTES
@@ -77,6 +77,7 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         Ordinal("GROUP_M", [1, 4, 8, 16]),
         Ordinal("SPLIT_K", split),
         Categorical("PERSISTENT", [False, True] if tiles_128 >= sms // 2 else [False]),
+        Categorical("TMA", [False, True] if tma_operands(plan, options) is not None else [False]),
         Ordinal("num_warps", [2, 4, 8]),
         Ordinal("num_stages", [2, 3, 4, 5]),
     ]
@@ -88,18 +89,22 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         f"SPLIT_K * BLOCK_K <= {max(16, k)}",
     ]
     space = Space(params, constraints=constraints)
-    seeds = []
-    for bm, bn, bk, w, s in ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 3),
-                             (256, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 64, 64, 4, 4),
-                             (64, 64, 64, 4, 3), (64, 32, 32, 4, 4), (32, 32, 32, 2, 3), (16, 16, 16, 2, 2)):
-        for persistent in (False, True):
-            cfg = {"BLOCK_M": min(bm, top_m), "BLOCK_N": min(bn, top_n), "BLOCK_K": min(bk, top_k), "GROUP_M": 8,
-                   "SPLIT_K": 1, "PERSISTENT": persistent, "num_warps": w, "num_stages": s}
-            if split != [1]:
-                want = max(1, min(16, sms // max(1, nb * -(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]))))
-                cfg["SPLIT_K"] = max(v for v in split if v <= want)
-                cfg["PERSISTENT"] = False if cfg["SPLIT_K"] > 1 else persistent
-            _add(space, seeds, cfg)
+    tiles = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 3), (256, 128, 64, 8, 3),
+             (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 64, 64, 4, 3), (64, 32, 32, 4, 4), (32, 32, 32, 2, 3),
+             (16, 16, 16, 2, 2))
+    variants = ((False, False), (False, True), (True, True), (True, False))  # (PERSISTENT, TMA)
+    order = sorted(((t, v) for t in range(len(tiles)) for v in range(len(variants))), key=lambda p: (sum(p), p))
+    seeds: list[Config] = []
+    for t, v in order:
+        bm, bn, bk, w, s = tiles[t]
+        persistent, tma = variants[v]
+        cfg = {"BLOCK_M": min(bm, top_m), "BLOCK_N": min(bn, top_n), "BLOCK_K": min(bk, top_k), "GROUP_M": 8,
+               "SPLIT_K": 1, "PERSISTENT": persistent, "TMA": tma, "num_warps": w, "num_stages": s}
+        if split != [1]:
+            want = max(1, min(16, sms // max(1, nb * -(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]))))
+            cfg["SPLIT_K"] = max(v for v in split if v <= want)
+            cfg["PERSISTENT"] = False if cfg["SPLIT_K"] > 1 else persistent
+        _add(space, seeds, cfg)
     return Sketch(plan, space, tuple(seeds[:8]))
 
 

@@ -187,6 +187,18 @@ NUM_SMS_HELPER = [
 ]
 
 
+ALLOCATOR_HELPER = [
+    "",
+    "",
+    "def _scratch_allocator(like):",
+    '    """Global scratch for device-side tensor descriptors, on the output\'s device."""',
+    "    def alloc(size, alignment, stream):",
+    "        return torch.empty(size, dtype=torch.int8, device=like.device)",
+    "    return alloc",
+    "",
+]
+
+
 def tl_type(dtype: str) -> str:
     return TL_TYPES[dtype]
 

@@ -1,0 +1,178 @@
+"""Tensor expressions lowered to generated Triton kernels, run under TRITON_INTERPRET=1 on the CPU.
+
+Every kernel is checked against the NumPy interpreter of the same expressions
+(`te.evaluate`) on random inputs; the torch float32 reference the GPU runner uses is
+checked against it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from tensortune import te  # noqa: E402
+from tensortune.backends.triton import (CodegenError, GenOptions, PatternError, analyze, generate,  # noqa: E402
+                                        load, sketch)
+from tensortune.backends.triton.check import relative_error, source_error  # noqa: E402
+from tensortune.backends.triton.reference import evaluate as torch_evaluate  # noqa: E402
+from tensortune.measure import IsolatedWorker  # noqa: E402
+from tensortune.te import workloads  # noqa: E402
+
+TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+@pytest.fixture(scope="module")
+def interpreter():
+    """A worker process with TRITON_INTERPRET=1 (Triton decides at import whether it interprets)."""
+    with IsolatedWorker(timeout=300, env={"TRITON_INTERPRET": "1"}) as worker:
+        yield worker
+
+
+def gelu_epilogue(m, n, k):
+    """GELU(A @ B + bias) + residual, scaled and cast: a long fused epilogue."""
+    A = te.placeholder((m, k), "float16", "A")
+    B = te.placeholder((k, n), "float16", "B")
+    bias = te.placeholder((n,), "float16", "bias")
+    res = te.placeholder((m, n), "float16", "res")
+    r = te.reduce_axis(k, "r")
+    C = te.compute((m, n), lambda i, j: te.sum(te.cast(A[i, r], "float32") * te.cast(B[r, j], "float32"), axis=r),
+                   name="C")
+    D = te.compute((m, n), lambda i, j: C[i, j] + te.cast(bias[j], "float32"), name="D")
+    E = te.compute((m, n), lambda i, j: 0.5 * D[i, j] * (1.0 + te.tanh(0.7978845608 * (D[i, j] + 0.044715 * D[i, j]
+                                                                                          * D[i, j] * D[i, j]))),
+                   name="E")
+    return te.compute((m, n), lambda i, j: te.cast(E[i, j] * 0.5 + te.cast(res[i, j], "float32"), "float16"),
+                      name="out")
+
+
+def rms_norm(rows, cols):
+    X = te.placeholder((rows, cols), "float16", "X")
+    w = te.placeholder((cols,), "float16", "w")
+    k = te.reduce_axis(cols, "k")
+    ss = te.compute((rows,), lambda i: te.sum(X[i, k] * X[i, k], axis=k), name="ss")
+    return te.compute((rows, cols), lambda i, j: X[i, j] / te.sqrt(ss[i] / float(cols) + 1e-6) * w[j], name="rms")
+
+
+def matvec(m, k):
+    A = te.placeholder((m, k), "float16", "A")
+    x = te.placeholder((k,), "float16", "x")
+    r = te.reduce_axis(k, "r")
+    return te.compute((m,), lambda i: te.sum(A[i, r] * x[r], axis=r), name="y")
+
+
+CASES = [
+    ("matmul", lambda: workloads.matmul(40, 24, 48, "float16").output, {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+    ("matmul-grouped", lambda: workloads.matmul(64, 64, 32, "float16").output,
+     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 2}),
+    ("matmul-persistent", lambda: workloads.matmul(48, 40, 32, "float16").output,
+     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "PERSISTENT": True}),
+    ("matmul-splitk", lambda: workloads.matmul(20, 24, 200, "float16").output,
+     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "SPLIT_K": 3}),
+    ("matmul-tma", lambda: workloads.matmul(40, 24, 48, "float16").output,
+     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "TMA": True, "PERSISTENT": True}),
+    ("matmul-fp32", lambda: workloads.matmul(24, 20, 36, "float32").output, {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+    ("batch-matmul", lambda: workloads.batch_matmul(3, 20, 24, 40, "float16").output,
+     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+    ("matmul-bias-relu", lambda: workloads.matmul_bias_relu(40, 24, 48, "float16").output,
+     {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16}),
+    ("gelu-residual-epilogue", lambda: gelu_epilogue(24, 40, 32), {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16}),
+    ("gelu-residual-splitk", lambda: gelu_epilogue(24, 40, 96),
+     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "SPLIT_K": 2}),
+    ("conv2d-pad1", lambda: workloads.conv2d_nchw(2, 4, 6, 6, 8, 3, 3, 1, 1, "float16").output,
+     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+    ("conv2d-stride2", lambda: workloads.conv2d_nchw(2, 3, 7, 7, 5, 3, 3, 2, 1, "float16").output,
+     {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16}),
+    ("depthwise-conv", lambda: workloads.depthwise_conv2d_nchw(1, 3, 6, 6, 3, 3, 1, 1, "float16").output,
+     {"BLOCK_R": 8, "BLOCK_C": 16}),
+    ("softmax-one-pass", lambda: workloads.softmax(6, 40, "float16").output, {"BLOCK_R": 2, "BLOCK_C": 64}),
+    ("softmax-looped", lambda: workloads.softmax(6, 40, "float16").output, {"BLOCK_R": 4, "BLOCK_C": 16}),
+    ("layer-norm", lambda: workloads.layer_norm(6, 48, dtype="float16").output, {"BLOCK_R": 1, "BLOCK_C": 16}),
+    ("rms-norm", lambda: rms_norm(5, 32), {"BLOCK_R": 2, "BLOCK_C": 32}),
+    ("matvec", lambda: matvec(12, 40), {"BLOCK_R": 4, "BLOCK_C": 16}),
+    ("transpose", lambda: workloads.transpose(6, 40, "float16").output, {"BLOCK": 64}),
+]
+
+
+@pytest.mark.parametrize("name,make,config", CASES, ids=[c[0] for c in CASES])
+def test_generated_kernel_matches_numpy_interpreter(name, make, config, interpreter, tmp_path):
+    err = interpreter.call(relative_error, make(), config, directory=str(tmp_path))
+    assert err < 1e-2, f"{name}: relative error {err:.3g}"
+
+
+def test_bfloat16_storage(interpreter, tmp_path):
+    err = interpreter.call(relative_error, workloads.matmul_bias_relu(24, 16, 32, "float16").output,
+                           {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}, half="bfloat16", directory=str(tmp_path))
+    assert err < 3e-2
+
+
+def test_a_wrong_kernel_is_caught(interpreter, tmp_path):
+    """The check is not vacuous: a kernel that drops the last K block fails it."""
+    out = workloads.matmul(32, 16, 48, "float16").output
+    err = interpreter.call(relative_error, out, {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "SPLIT_K": 2,
+                                                 "GROUP_M": 1}, directory=str(tmp_path))
+    assert err < 1e-2
+    src = generate(analyze(out), {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}, GenOptions(interpret=True))
+    assert "for kk in range(0, 48, 16):" in src.text
+    broken = dataclasses.replace(src, text=src.text.replace("range(0, 48, 16)", "range(0, 32, 16)"))
+    err = interpreter.call(source_error, out, broken, directory=str(tmp_path))
+    assert err > 0.05
+
+
+def test_patterns_of_the_workloads():
+    mm = analyze(workloads.matmul_bias_relu(64, 32, 16).output)
+    assert mm.kind == "contraction" and mm.sizes == (1, 64, 32, 16)
+    conv = analyze(workloads.conv2d_nchw(2, 4, 8, 8, 6, 3, 3, 1, 1).output)
+    assert conv.kind == "contraction" and conv.sizes == (1, 2 * 8 * 8, 6, 4 * 9)
+    bmm = analyze(workloads.batch_matmul(3, 8, 8, 8).output)
+    assert bmm.sizes == (3, 8, 8, 8)
+    sm = analyze(workloads.softmax(4, 8).output)
+    assert sm.kind == "rows" and [r.combiner for r in sm.reductions] == ["max", "sum"]
+    assert analyze(workloads.layer_norm(4, 8).output).kind == "rows"
+    assert analyze(matvec(8, 16)).kind == "rows"
+    assert analyze(workloads.transpose(4, 8).output).kind == "elementwise"
+
+
+def test_unsupported_graphs_say_why():
+    mm = workloads.matmul(8, 8, 8)
+    with pytest.raises(PatternError, match="exactly one output"):
+        analyze([mm.output, mm.output])
+    k = te.reduce_axis(8, "k")
+    C = mm.output
+    rowmax = te.compute((8,), lambda i: te.max(C[i, k], axis=k), name="rowmax")
+    attn = te.compute((8, 8), lambda i, j: te.exp(C[i, j] - rowmax[i]), name="p")
+    with pytest.raises(PatternError, match="do not share their row and column axes|no GPU pattern"):
+        analyze(attn)
+
+
+def test_bad_configuration_is_a_codegen_error():
+    plan = analyze(workloads.matmul(32, 32, 32, "float16").output)
+    with pytest.raises(CodegenError, match="power of two of at least 16"):
+        generate(plan, {"BLOCK_M": 8})
+    with pytest.raises(CodegenError, match="unknown"):
+        generate(plan, {"BLOCKM": 16})
+
+
+def test_torch_reference_matches_numpy_interpreter():
+    for comp in (workloads.matmul_bias_relu(6, 5, 7), workloads.conv2d_nchw(2, 3, 7, 7, 4, 3, 3, 2, 1),
+                 workloads.softmax(4, 9), workloads.layer_norm(3, 10), workloads.depthwise_conv2d_nchw(1, 2, 5, 5, 3, 3, 1, 1)):
+        rng = np.random.default_rng(3)
+        arrays = {t.name: rng.standard_normal(t.shape).astype("float32") for t in comp.inputs}
+        got = torch_evaluate(comp.output, {k: torch.from_numpy(v) for k, v in arrays.items()}).numpy()
+        np.testing.assert_allclose(got, te.evaluate(comp.output, arrays), rtol=1e-5, atol=1e-5)
+
+
+def test_sketch_spaces_respect_the_hardware():
+    sk = sketch(analyze(workloads.matmul(4096, 4096, 4096, "float16").output))
+    assert set(sk.space.names) >= {"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages", "TMA"}
+    for cfg in list(sk.seeds) + sk.space.sample(50, seed=0):
+        smem = (cfg["BLOCK_M"] * cfg["BLOCK_K"] + cfg["BLOCK_K"] * cfg["BLOCK_N"]) * 2 * cfg["num_stages"]
+        assert smem <= 227 * 1024
+    tall = sketch(analyze(workloads.matmul(64, 64, 8192, "float16").output))
+    assert max(p for p in (c["SPLIT_K"] for c in tall.space.sample(200, seed=1))) > 1
+    conv = sketch(analyze(workloads.conv2d_nchw(2, 4, 8, 8, 16, 3, 3, 1, 1, "float16").output))
+    assert all(not c["TMA"] for c in conv.space.sample(50, seed=0))  # gathers: no tensor descriptors
