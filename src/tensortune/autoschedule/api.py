@@ -1,0 +1,339 @@
+"""`autoschedule` and `autoschedule_many`: fast kernels from tensor expressions, no schedule written.
+
+The first call searches (sketches, annotation, evolutionary search guided by the cost
+model), records every measured schedule in the records database, re-times the finalists
+interleaved, and returns the winner compiled and verified. A later call with the same
+expressions, target and database builds the recorded winner without searching.
+
+Example:
+    >>> import numpy as np
+    >>> from tensortune import te
+    >>> from tensortune.te import workloads
+    >>> k = autoschedule(workloads.matmul(32, 32, 32), budget=4, db=":memory:", progress=False)
+    >>> a, b = np.ones((32, 32), "float32"), np.ones((32, 32), "float32")
+    >>> float(k(a, b)[0, 0]), k.trials
+    (32.0, 4)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..db import Database, Target, Workload
+from ..measure import MeasureResult, Timer, check_close
+from ..space import Config
+from ..tasks import ScheduleResult, Task, TaskScheduler
+from ..te.build import Kernel, build, reference_outputs
+from ..te.dtype import TEError, numpy_dtype
+from ..te.schedule import Schedule
+from ..te.tensor import Tensor, graph
+from ..tuner import Budget, Tuner
+from .holes import SketchSpace
+from .measure import CheckSpec, SketchBuilder, SketchRunner, kernel_args, time_interleaved
+from .search import SketchSearch
+from .sketch import RULES_VERSION
+
+TARGETS = ("cpu", "c", "llvm")
+
+
+@dataclass(frozen=True)
+class ScheduledKernel:
+    """A compiled, verified kernel found by the auto-scheduler; call it like `te.Kernel`."""
+
+    kernel: Kernel
+    config: Config
+    workload: Workload
+    time: float  # the best measured median, seconds
+    trials: int  # measured by this call (0 when built from the records)
+    tuning_seconds: float
+    from_db: bool
+    flops: float
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __call__(self, *arrays: np.ndarray) -> Any:
+        return self.kernel(*arrays)
+
+    @property
+    def sketch(self) -> str:
+        return self.config["sketch"]
+
+    @property
+    def schedule(self) -> Schedule:
+        return self.kernel.schedule
+
+    @property
+    def source(self) -> str:
+        return self.kernel.source
+
+    @property
+    def steps(self) -> list[dict[str, Any]]:
+        return self.kernel.schedule.to_json()
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.time / 1e9 if self.time > 0 and math.isfinite(self.time) else 0.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What is auto-scheduled: outputs, kernel arguments, a name, and its sketch space."""
+
+    name: str
+    outputs: tuple[Tensor, ...]
+    args: tuple[Tensor, ...]
+    sketch_space: SketchSpace
+    workload: Workload
+
+    @staticmethod
+    def of(outputs_or_function: Any, args: Sequence[Tensor] | None = None, name: str | None = None) -> Problem:
+        obj = outputs_or_function
+        if callable(obj) and not isinstance(obj, Tensor):
+            obj = obj()
+        default_name = None
+        if hasattr(obj, "outputs") and hasattr(obj, "inputs") and not isinstance(obj, Tensor):
+            default_name = getattr(obj, "name", None)
+            args = list(args) if args is not None else list(obj.inputs) + list(obj.outputs)
+            obj = obj.outputs
+        outs = [obj] if isinstance(obj, Tensor) else list(obj)
+        if not outs or not all(isinstance(t, Tensor) for t in outs):
+            raise TEError(f"autoschedule needs tensors (or a function returning them), got {outputs_or_function!r}")
+        sp = SketchSpace.of(outs)
+        kargs = tuple(kernel_args(sp, args))
+        name = name or default_name or "+".join(t.name for t in outs)
+        key = {"args": [[t.name, list(t.shape), t.dtype] for t in kargs], "rules": RULES_VERSION}
+        return Problem(name, tuple(outs), kargs, sp, Workload.make(f"te:{name}", graph_text(outs), key))
+
+    @property
+    def flops(self) -> float:
+        return float(self.sketch_space.graph.flops)
+
+
+def graph_text(outputs: Iterable[Tensor]) -> str:
+    """A canonical text of the expressions (what the workload's hash is taken of)."""
+    lines = []
+    for t in graph(list(outputs)):
+        if t.op is None:
+            lines.append(f"{t.name}: placeholder{list(t.shape)} {t.dtype}")
+        else:
+            axes = ", ".join(f"{a.name}:{a.extent}" for a in t.op.axes + t.op.reduce_axes)
+            lines.append(f"{t.name}{list(t.shape)} {t.dtype} [{axes}] = {t.op.body}")
+    return "\n".join(lines)
+
+
+def _open_db(db: Any) -> Database:
+    from ..frontends.callable import open_db
+    return open_db(db)
+
+
+def _check_target(target: str) -> None:
+    if target not in TARGETS:
+        raise TEError(f"autoschedule supports target='cpu' (C with OpenMP for this machine), got {target!r}")
+
+
+def recorded_best(db: Database, workload: Workload, target: Target):
+    """The record to rebuild: the latest confirmed winner if any, else the fastest record."""
+    records = [r for r in db.records(workload, target) if r.ok]
+    confirmed = [r for r in records if r.extra.get("confirmed")]
+    if confirmed:
+        return max(confirmed, key=lambda r: r.created_at)
+    return min(records, key=lambda r: r.time) if records else None
+
+
+class _Session:
+    """One problem's search: its tuner (kept between rounds of a task scheduler)."""
+
+    def __init__(self, problem: Problem, db: Database, target: Target, strategy: str, seed: int,
+                 jobs: int, progress: bool, timer: Timer | None) -> None:
+        self.problem = problem
+        self.db, self.target = db, target
+        sp = problem.sketch_space
+        self.spec = CheckSpec.of(problem.outputs, problem.args, problem.workload.source_hash)
+        self.runner = SketchRunner(self.spec, seed=seed) if timer is None else \
+            SketchRunner(self.spec, timer=timer, seed=seed)
+        self.builder = SketchBuilder(sp, problem.args, jobs=jobs)
+        chooser: Any = SketchSearch(sp, seed=seed) if strategy == "evolutionary" else strategy
+        self.tuner = Tuner(sp.space, self.runner, workload=problem.workload, target=target, db=db,
+                           builder=self.builder, strategy=chooser, budget=1, seed=seed, batch_size=8,
+                           progress=progress, description=problem.name)
+        self.results: list[MeasureResult] = []
+        self.seconds = 0.0
+
+    def run(self, budget: Budget) -> list[MeasureResult]:
+        """Measure up to the budget more candidates (the search goes on where it stopped)."""
+        start = time.perf_counter()
+        try:
+            self.tuner.budget = budget
+            result = self.tuner.run()
+            new = list(result.history[result.reused:])
+            self.results.extend(new)
+            return new
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def tune(self, trials: int) -> list[MeasureResult]:
+        return self.run(Budget(trials=trials))
+
+    def finish(self, confirm: int, rounds: int) -> ScheduledKernel:
+        start = time.perf_counter()
+        try:
+            best = self.confirm(confirm, rounds) if confirm > 1 else None
+        finally:
+            self.runner.close()
+        self.seconds += time.perf_counter() - start
+        record = recorded_best(self.db, self.problem.workload, self.target)
+        if record is None:
+            raise RuntimeError(f"auto-scheduling {self.problem.name!r} measured no working schedule "
+                               f"({len(self.results)} trials, all failed); see the records database")
+        return finish_kernel(self.problem, record.config, best.time if best else record.time,
+                             len(self.results), self.seconds, False)
+
+    def confirm(self, k: int, rounds: int, within: float = 0.15) -> MeasureResult | None:
+        """Re-time the finalists (within 15% of the best) interleaved; record the winner."""
+        results = [r for r in self.db.records(self.problem.workload, self.target) if r.ok and "same_source_as"
+                   not in r.extra]
+        results.sort(key=lambda r: r.time)
+        if not results:
+            return None
+        finalists = [r for r in results if r.time <= results[0].time * (1 + within)][:k]
+        libs, configs = [], []
+        for r in finalists:
+            b = self.builder.build([r.config])[0]
+            if b.ok:
+                libs.append(b.artifact.library)
+                configs.append(r)
+        if not libs:
+            return None
+        per_round = self.runner.worker.call(time_interleaved, libs, "kernel", self.spec, self.runner.timer,
+                                            rounds, 7)
+        medians = [statistics.median(t) for t in per_round]
+        win = int(np.argmin(medians))
+        rec = configs[win]
+        result = MeasureResult(rec.config, tuple(per_round[win]), extra={
+            **rec.extra, "confirmed": True, "finalists": len(libs), "rounds": rounds,
+            "margin": round(sorted(medians)[1] / medians[win] - 1, 4) if len(medians) > 1 else 0.0})
+        self.db.add(self.problem.workload, self.target, result, strategy="confirm")
+        return result
+
+
+def finish_kernel(problem: Problem, config: Config, best_time: float, trials: int, seconds: float,
+                  from_db: bool) -> ScheduledKernel:
+    """Build `config` with te and verify it on fresh random inputs against the interpreter."""
+    from .measure import schedule_source
+    schedule, _, sargs = schedule_source(problem.sketch_space, config, problem.args)
+    kernel = build(schedule, sargs)
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    inputs = {t.name: rng.standard_normal(t.shape).astype(numpy_dtype(t.dtype)) for t in kernel.inputs}
+    got = kernel(*[inputs[t.name] for t in kernel.inputs])
+    got = got if isinstance(got, tuple) else (got,)
+    want = reference_outputs(problem.outputs, **inputs)
+    spec = CheckSpec.of(problem.outputs, problem.args, "")
+    for t, value in zip(kernel.outputs, got):
+        check_close(value, want[t.name], spec.rtol, spec.atol)
+    return ScheduledKernel(kernel, config, problem.workload, best_time, trials, seconds, from_db, problem.flops)
+
+
+def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget | int | float | None = None,
+                 db: Database | str | os.PathLike[str] | None = None, *, args: Sequence[Tensor] | None = None,
+                 name: str | None = None, strategy: str = "evolutionary", seed: int = 0, jobs: int = 2,
+                 retune: bool = False, confirm: int = 4, confirm_rounds: int = 5, progress: bool | None = None,
+                 timer: Timer | None = None) -> ScheduledKernel:
+    """Search for a fast schedule of the expressions and return it compiled and verified.
+
+    `outputs_or_function`: output tensor(s), a `te.workloads` computation, or a function
+    returning either. `budget`: trials (int), seconds (float) or a `Budget` (default 64
+    trials). With records of these expressions in `db`, the recorded winner is rebuilt
+    without searching, unless `retune` (then the search resumes from the records).
+    `strategy`: "evolutionary" (cost-model guided) or any registered strategy name.
+    """
+    _check_target(target)
+    problem = Problem.of(outputs_or_function, args, name)
+    database = _open_db(db)
+    tgt = Target.cpu()
+    if not retune:
+        record = recorded_best(database, problem.workload, tgt)
+        if record is not None:
+            return finish_kernel(problem, record.config, record.time, 0, 0.0, True)
+    session = _Session(problem, database, tgt, strategy, seed, jobs, _progress(progress), timer)
+    session.run(Budget.of(budget, default_trials=64))
+    return session.finish(confirm, confirm_rounds)
+
+
+def _progress(progress: bool | None) -> bool:
+    if progress is not None:
+        return progress
+    from ..settings import Settings
+    return Settings.from_env().progress
+
+
+@dataclass(frozen=True)
+class ScheduledMany:
+    """The kernels of `autoschedule_many`, in order, and how the budget was shared."""
+
+    kernels: tuple[ScheduledKernel, ...]
+    allocation: ScheduleResult | None
+
+    def __iter__(self):
+        return iter(self.kernels)
+
+    def __len__(self) -> int:
+        return len(self.kernels)
+
+    def __getitem__(self, k: int) -> ScheduledKernel:
+        return self.kernels[k]
+
+
+def autoschedule_many(problems: Sequence[Any], weights: Sequence[float] | None = None,
+                      budget: Budget | int | float | None = None,
+                      db: Database | str | os.PathLike[str] | None = None, *, target: str = "cpu",
+                      policy: str = "gradient", trials_per_round: int = 16, seed: int = 0, jobs: int = 2,
+                      retune: bool = False, confirm: int = 4, confirm_rounds: int = 5,
+                      progress: bool | None = None, timer: Timer | None = None) -> ScheduledMany:
+    """Auto-schedule several computations under one budget (trials in total), shared by the
+    task scheduler (`policy` "gradient" or "round-robin") to minimise the weighted sum of
+    their latencies (`weights`: how often each runs; default 1)."""
+    _check_target(target)
+    if not problems:
+        raise ValueError("autoschedule_many needs at least one computation")
+    weights = list(weights) if weights is not None else [1.0] * len(problems)
+    if len(weights) != len(problems):
+        raise ValueError(f"{len(weights)} weights for {len(problems)} computations")
+    parsed = [Problem.of(p) for p in problems]
+    names = [p.name for p in parsed]
+    if len(set(names)) != len(names):
+        parsed = [Problem.of(p, name=f"{q.name}#{k}") for k, (p, q) in enumerate(zip(problems, parsed))]
+    database = _open_db(db)
+    tgt = Target.cpu()
+    results: dict[int, ScheduledKernel] = {}
+    sessions: dict[int, _Session] = {}
+    for k, p in enumerate(parsed):
+        record = None if retune else recorded_best(database, p.workload, tgt)
+        if record is not None:
+            results[k] = finish_kernel(p, record.config, record.time, 0, 0.0, True)
+        else:
+            sessions[k] = _Session(p, database, tgt, "evolutionary", seed + k, jobs, _progress(progress) and False,
+                                   timer)
+    allocation = None
+    if sessions:
+        tasks = [Task(parsed[k].name, sessions[k].tune, weight=weights[k], flops=parsed[k].flops,
+                      group=_group(parsed[k])) for k in sessions]
+        allocation = TaskScheduler(tasks, budget=Budget.of(budget, default_trials=64 * len(sessions)),
+                                   policy=policy, trials_per_round=trials_per_round, seed=seed).run()
+        for k, s in sessions.items():
+            results[k] = s.finish(confirm, confirm_rounds)
+    return ScheduledMany(tuple(results[k] for k in range(len(parsed))), allocation)
+
+
+def _group(p: Problem) -> str:
+    """Similar tasks (same operator, other shapes) share a tag: the expression with shapes removed."""
+    import re
+    text = re.sub(r"\d+", "#", graph_text(p.outputs))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

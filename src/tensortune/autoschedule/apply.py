@@ -1,0 +1,185 @@
+"""Filling a sketch's holes: a sketch and a configuration become a `te.Schedule`.
+
+Everything goes through te's checked schedule primitives, so the result is an ordinary
+schedule with its list of steps (recorded with each measurement and replayable with
+`te.Schedule.from_steps`).
+
+Example:
+    >>> from tensortune.te import workloads
+    >>> from tensortune.autoschedule.holes import SketchSpace
+    >>> w = workloads.matmul(64, 64, 64)
+    >>> sp = SketchSpace.of(w.outputs)
+    >>> cfg = sp.space.config(sketch="C:cache_write", C_tile_i=(2, 2, 4), C_tile_j=(1, 2, 16),
+    ...                       C_tile_k=(4,), C_par=1, C_unroll=16, C_at=2)
+    >>> s = apply_config(sp, cfg)
+    >>> [l.name for l in s["C.local"].loops]
+    ['k.0', 'i.0', 'j.0', 'k.1', 'i.1', 'j.1']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..te.schedule import Schedule, Stage
+from .holes import SketchSpace, hole
+from .rfactor import rfactor_graph
+from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_CONSUMER, TILE_LOCAL
+
+
+def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
+    """The schedule of `config` (its sketch with the holes filled); raises TEError when
+    te refuses a primitive."""
+    sketch = sp.sketch(config)
+    outputs = sp.outputs
+    rfactored = {p.stage: config[hole(p.stage, "rf")] for p in sketch.plans if p.rule == RFACTOR}
+    partials: dict[str, str] = {}
+    if rfactored:
+        outputs, partials = rfactor_graph(outputs, rfactored)
+    s = Schedule(outputs)
+    for p in sketch.plans:
+        if p.rule == INLINE:
+            s[p.stage].compute_inline()
+    for p in sketch.plans:
+        if p.rule == CACHE_WRITE:
+            local = s.cache_write(p.stage)
+            _tile_local(s, config, p.stage, consumer=s[p.stage], local=s[local.name])
+        elif p.rule == TILE_LOCAL:
+            _tile_local(s, config, p.stage, consumer=s[p.partner], local=s[p.stage])
+        elif p.rule == TILE:
+            _tile_root(s, config, p.stage)
+        elif p.rule == SIMPLE:
+            _simple(s, config, p.stage)
+        elif p.rule == RFACTOR:
+            _rfactor_partial(s, config, p.stage, partials[p.stage])
+            _simple(s, {hole(p.stage, "vec"): (1,), hole(p.stage, "par"): 0}, p.stage)
+    return s
+
+
+def _tiles(config: Mapping[str, Any], anchor: str, stage: Stage) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    spatial = [tuple(config[hole(anchor, f"tile_{a.name}")]) for a in stage.tensor.op.axes]
+    reduce = [tuple(config[hole(anchor, f"tile_{r.name}")]) for r in stage.tensor.op.reduce_axes]
+    return spatial, reduce
+
+
+def _parallel(stage: Stage, loops: list[str]) -> str:
+    if len(loops) > 1:
+        fused = stage.fuse(*loops).name
+    else:
+        fused = loops[0]
+    stage.parallel(fused)
+    return fused
+
+
+def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: Stage, local: Stage) -> None:
+    """The consumer gets the two outer spatial levels; `local` is computed at one of them
+    and tiled reduce-space-reduce-space inside (SSRSRS overall)."""
+    spatial, _ = _tiles(config, anchor, local)
+    par = config[hole(anchor, "par")]
+    at = max(config[hole(anchor, "at")], par)
+    c_axes = [a.name for a in consumer.tensor.op.axes]
+    levels: list[list[str]] = [[], [], []]
+    for name, (f1, f2, f3) in zip(c_axes, spatial):
+        parts = consumer.split(name, factors=(f1, f2 * f3))
+        for lv, loop in enumerate(parts):
+            levels[lv].append(loop.name)
+    consumer.reorder(*levels[0], *levels[1], *levels[2])
+    fused = _parallel(consumer, levels[0] + (levels[1] if par == 2 else []))
+    attach = fused if at == par else levels[1][-1]
+    consumer.vectorize(levels[2][-1])
+    local.compute_at(consumer, attach)
+    inner = [t[2:] if at == 2 else t[1:] for t in spatial]
+    _tile_inner(local, config, anchor, inner, outer_spatial=(at == 1))
+
+
+def _tile_root(s: Schedule, config: Mapping[str, Any], anchor: str) -> None:
+    stage = s[anchor]
+    spatial, _ = _tiles(config, anchor, stage)
+    par = config[hole(anchor, "par")]
+    outer = _tile_inner(stage, config, anchor, spatial, outer_spatial=True)
+    _parallel(stage, outer[0] + (outer[1] if par == 2 else []))
+
+
+def _tile_inner(stage: Stage, config: Mapping[str, Any], anchor: str, spatial: list[tuple[int, ...]],
+                outer_spatial: bool) -> list[list[str]]:
+    """Split each spatial axis by `spatial` and each reduction axis in two, order the loops
+    S..S R S R S (the last two spatial levels inside the reductions), vectorize the
+    innermost, unroll inner loops up to the unroll step. Returns the spatial levels."""
+    _, reduce = _tiles(config, anchor, stage)
+    op = stage.tensor.op
+    n_levels = len(spatial[0]) + 1
+    s_levels: list[list[str]] = [[] for _ in range(n_levels)]
+    for a, factors in zip(op.axes, spatial):
+        for lv, loop in enumerate(stage.split(a.name, factors=factors)):
+            s_levels[lv].append(loop.name)
+    r_levels: list[list[str]] = [[], []]
+    for r, factors in zip(op.reduce_axes, reduce):
+        for lv, loop in enumerate(stage.split(r.name, factors=factors)):
+            r_levels[lv].append(loop.name)
+    head = n_levels - 2 if outer_spatial else 0  # spatial levels before the first reduction level
+    order = [x for lv in s_levels[:head] for x in lv]
+    order += r_levels[0] + s_levels[head] + r_levels[1] + s_levels[head + 1]
+    stage.reorder(*order)
+    stage.vectorize(s_levels[-1][-1])
+    inner = r_levels[0] + s_levels[head] + r_levels[1] + s_levels[-1][:-1]
+    _unroll(stage, inner, config[hole(anchor, "unroll")])
+    return s_levels
+
+
+def _unroll(stage: Stage, loops: list[str], max_step: int) -> None:
+    """Unroll loops from the innermost outwards while their extents multiply to at most
+    `max_step` (Ansor's auto_unroll_max_step; the vectorized loop does not count)."""
+    product = 1
+    for name in reversed(loops):
+        loop = stage.loop(name)
+        product *= loop.extent
+        if product > max_step:
+            break
+        if loop.extent > 1:
+            stage.unroll(name)
+
+
+def _simple(s: Schedule, config: Mapping[str, Any], name: str) -> None:
+    stage = s[name]
+    op = stage.tensor.op
+    if not op.axes:
+        return
+    axes = [a.name for a in op.axes]
+    vec = config[hole(name, "vec")][0]
+    reduce = [r.name for r in op.reduce_axes]
+    outer = axes[:-1]
+    inner: list[str] = []
+    if vec > 1:
+        o, i = stage.split(axes[-1], factors=(vec,))
+        outer.append(o.name)
+        inner.append(i.name)
+    else:
+        outer.append(axes[-1])
+    if inner and reduce:
+        stage.reorder(*outer, *reduce, *inner)
+    if inner:
+        stage.vectorize(inner[0])
+    par = min(config[hole(name, "par")], len(outer))
+    if par:
+        _parallel(stage, outer[:par])
+    if reduce and hole(name, "unroll") in config and not inner:
+        _unroll(stage, reduce, config[hole(name, "unroll")])
+
+
+def _rfactor_partial(s: Schedule, config: Mapping[str, Any], anchor: str, partial: str) -> None:
+    """The partial reduction `partial[f, spatial...]`: f split into a parallel outer part
+    and a vectorized inner part that accumulates across the long reduction."""
+    stage = s[partial]
+    op = stage.tensor.op
+    f = op.axes[0].name
+    vec = config[hole(anchor, "rfvec")]
+    rest = [a.name for a in op.axes[1:]]
+    reduce = [r.name for r in op.reduce_axes]
+    if vec > 1 and op.axes[0].extent > vec:
+        fo, fi = stage.split(f, factors=(vec,))
+        stage.reorder(fo.name, *rest, *reduce, fi.name)
+        stage.parallel(fo.name)
+        stage.vectorize(fi.name)
+    else:
+        stage.parallel(f)
+        _unroll(stage, reduce, config[hole(anchor, "unroll")])

@@ -1,0 +1,152 @@
+"""The holes of sketches as one search space, and the canonical form of a point in it.
+
+Every sketch of a graph shares one `Space`: a `sketch` parameter picks the structure,
+and each hole is a parameter named after the stage it belongs to, shared by the sketches
+that have it (so the cache-write and plain tilings of a matmul share their tile sizes).
+A configuration's canonical form resets the parameters its sketch does not use, so two
+configurations that build the same program are recognised as one.
+
+Example:
+    >>> from tensortune.te import workloads
+    >>> sp = SketchSpace.of(workloads.matmul(64, 64, 64).outputs)
+    >>> [p.name for p in sp.space.params]
+    ['sketch', 'C_tile_i', 'C_tile_j', 'C_tile_k', 'C_par', 'C_unroll', 'C_at']
+    >>> cfg = sp.space.config(sketch="C:tile", C_tile_i=(2, 4, 8), C_tile_j=(1, 4, 16), C_tile_k=(4,),
+    ...                       C_par=2, C_unroll=16, C_at=2)
+    >>> sp.canonical(cfg)["C_at"]
+    1
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..space import Categorical, Config, Space
+from ..te.tensor import Tensor
+from .analysis import GraphInfo, StageInfo, analyze
+from .sketch import (CACHE_WRITE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, Sketch, generate_sketches)
+from .tiles import tile_options
+
+UNROLL_STEPS = (0, 16, 64, 512)
+RFACTOR_FACTORS = (16, 32, 64, 128, 256, 512)
+MAX_VECTOR = 64  # innermost spatial tile of the contiguous axis
+MAX_REGISTER_ROWS = 16  # innermost tile of the other spatial axes
+VECTOR_ALIGN = 8  # the innermost tile of the contiguous axis is a multiple of this, or the whole axis
+
+
+def ident(text: str) -> str:
+    out = re.sub(r"\W", "_", text)
+    return out if out and not out[0].isdigit() else f"t_{out}"
+
+
+def hole(stage: str, what: str) -> str:
+    return f"{ident(stage)}_{what}"
+
+
+@dataclass(frozen=True)
+class Hole:
+    name: str
+    values: tuple[Any, ...]
+
+
+def sketch_holes(sketch: Sketch, g: GraphInfo) -> list[Hole]:
+    """The holes one sketch needs filled, in a stable order."""
+    out: list[Hole] = []
+    for p in sketch.plans:
+        s = g[p.stage]
+        if p.rule in (TILE, TILE_LOCAL, CACHE_WRITE):
+            out += _tile_holes(s)
+            if p.rule != TILE:
+                out.append(Hole(hole(s.name, "at"), (1, 2)))
+        elif p.rule == SIMPLE:
+            out += _simple_holes(s)
+        elif p.rule == RFACTOR:
+            r = s.reduce[0].extent
+            factors = tuple(f for f in RFACTOR_FACTORS if f * 2 <= r) or (min(16, r),)
+            out += [Hole(hole(s.name, "rf"), factors), Hole(hole(s.name, "rfvec"), (1, 8, 16)),
+                    Hole(hole(s.name, "unroll"), UNROLL_STEPS)]
+    return out
+
+
+def vector_friendly(extent: int, inner: int) -> bool:
+    """An innermost tile of the contiguous axis that fills whole vectors (or is the axis)."""
+    return inner % VECTOR_ALIGN == 0 or inner == extent or inner > 2 * VECTOR_ALIGN
+
+
+def _tile_holes(s: StageInfo) -> list[Hole]:
+    out = []
+    for k, a in enumerate(s.spatial):
+        if k == len(s.spatial) - 1:
+            options = [t for t in tile_options(a.extent, 4, MAX_VECTOR, tails=True) if vector_friendly(a.extent, t[-1])]
+        else:
+            options = tile_options(a.extent, 4, MAX_REGISTER_ROWS, tails=True)
+        out.append(Hole(hole(s.name, f"tile_{a.name}"), tuple(options)))
+    for r in s.reduce:
+        out.append(Hole(hole(s.name, f"tile_{r.name}"), tuple(tile_options(r.extent, 2))))
+    out.append(Hole(hole(s.name, "par"), (1, 2)))
+    out.append(Hole(hole(s.name, "unroll"), UNROLL_STEPS))
+    return out
+
+
+def _simple_holes(s: StageInfo) -> list[Hole]:
+    if not s.spatial:
+        return []
+    last = s.spatial[-1].extent
+    vec = [t for t in tile_options(last, 2, MAX_VECTOR, tails=True) if t[0] == 1 or vector_friendly(last, t[0])]
+    out = [Hole(hole(s.name, "vec"), tuple(vec)),
+           Hole(hole(s.name, "par"), tuple(range(len(s.spatial) + 1)))]
+    if s.reduce:
+        out.append(Hole(hole(s.name, "unroll"), UNROLL_STEPS))
+    return out
+
+
+class SketchSpace:
+    """The sketches of a graph, the space of their holes, and canonical configurations."""
+
+    def __init__(self, outputs: list[Tensor], graph: GraphInfo, sketches: list[Sketch]) -> None:
+        if not sketches:
+            raise ValueError("no sketch for this graph")
+        self.outputs = outputs
+        self.graph = graph
+        self.sketches = {s.key: s for s in sketches}
+        self.holes = {s.key: sketch_holes(s, graph) for s in sketches}
+        params: dict[str, tuple[Any, ...]] = {}
+        for holes in self.holes.values():
+            for h in holes:
+                if h.name in params and params[h.name] != h.values:
+                    raise ValueError(f"hole {h.name!r} has different values in two sketches")
+                params[h.name] = h.values
+        self.space = Space([Categorical("sketch", list(self.sketches))]
+                           + [Categorical(n, list(v)) for n, v in params.items()])
+        self._defaults = {n: v[0] for n, v in params.items()}
+
+    @staticmethod
+    def of(outputs: Tensor | Iterable[Tensor]) -> SketchSpace:
+        outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+        g = analyze(outs)
+        return SketchSpace(outs, g, generate_sketches(outs, g))
+
+    def sketch(self, config: Mapping[str, Any]) -> Sketch:
+        key = config["sketch"]
+        if key not in self.sketches:
+            raise ValueError(f"unknown sketch {key!r}; this graph has {', '.join(self.sketches)}")
+        return self.sketches[key]
+
+    def used(self, config: Mapping[str, Any]) -> set[str]:
+        return {h.name for h in self.holes[self.sketch(config).key]}
+
+    def canonical(self, config: Mapping[str, Any]) -> Config:
+        """The same program's configuration with unused holes reset and the compute
+        location no shallower than the parallel loop it would have to sit in."""
+        used = self.used(config)
+        values = {"sketch": config["sketch"]}
+        for name, default in self._defaults.items():
+            values[name] = config[name] if name in used else default
+        for p in self.sketch(config).plans:
+            at, par = hole(p.stage, "at"), hole(p.stage, "par")
+            if at in used and values[at] < values[par]:
+                values[at] = values[par]
+        return Config(values)

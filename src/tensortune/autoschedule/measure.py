@@ -1,0 +1,256 @@
+"""Building and measuring auto-scheduled candidates.
+
+`SketchBuilder` turns configurations into C in this process (filling the sketch,
+lowering, generating code: milliseconds), drops candidates whose C source another
+candidate already has, and compiles the rest in parallel threads (the compiler is a
+subprocess). `SketchRunner` runs each library in an isolated worker: first on random
+inputs, checked against the NumPy interpreter of the original expressions (a mismatch
+is that candidate's `wrong_result`), then timed. Inputs are drawn afresh for every
+candidate while the reference is cheap; an expensive reference (a big convolution) is
+recomputed on new inputs every `refresh` candidates. A candidate whose checked run is
+already `cutoff` times slower than the best so far is not timed further.
+
+Example:
+    >>> from tensortune.te import workloads
+    >>> from tensortune.autoschedule.holes import SketchSpace
+    >>> sp = SketchSpace.of(workloads.matmul(16, 16, 16).outputs)
+    >>> cfg = sp.canonical(sp.space.sample(1, 0)[0])
+    >>> b = SketchBuilder(sp, jobs=1).build([cfg])[0]
+    >>> b.ok, b.artifact.function
+    (True, 'kernel')
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..backends.c_codegen import FLAGS, generate_c
+from ..backends.c_compiler import CCompiler, load_function
+from ..measure import (BuildResult, CandidateError, ErrorKind, IsolatedWorker, MeasureResult, Timer, check_close,
+                       failed_build, worker_state)
+from ..space import Config
+from ..te.build import default_tolerance, reference_outputs
+from ..te.dtype import TEError, numpy_dtype
+from ..te.tensor import Tensor
+from .apply import apply_config
+from .holes import SketchSpace
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    is_output: bool
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A compiled candidate: its library, the steps that made it and its source's hash."""
+
+    library: str
+    function: str
+    steps: tuple[dict, ...]
+    source_hash: str
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """What the worker needs to check a candidate: arguments in call order, the original
+    outputs (for the interpreter) and tolerances."""
+
+    key: str
+    args: tuple[ArgSpec, ...]
+    outputs: tuple[Tensor, ...]
+    rtol: float | None
+    atol: float | None
+
+    @staticmethod
+    def of(outputs: Sequence[Tensor], args: Sequence[Tensor], key: str) -> CheckSpec:
+        outs = {t.name for t in outputs}
+        tol = default_tolerance(list(args))
+        return CheckSpec(key, tuple(ArgSpec(t.name, t.shape, t.dtype, t.name in outs) for t in args),
+                         tuple(outputs), tol, tol)
+
+
+def kernel_args(sp: SketchSpace, args: Sequence[Tensor] | None = None) -> list[Tensor]:
+    """The kernel's arguments: `args` if given, else the inputs in graph order, then the outputs."""
+    if args is not None:
+        return list(args)
+    return list(sp.graph.inputs) + list(sp.outputs)
+
+
+def schedule_source(sp: SketchSpace, config: Config, args: Sequence[Tensor], name: str = "kernel"):
+    """(schedule, C source) of a configuration; the schedule's own tensors replace the
+    original outputs in `args` when the sketch rewrote the graph (rfactor)."""
+    s = apply_config(sp, config)
+    by_name = {t.name: t for t in list(s.inputs) + list(s.outputs)}
+    sargs = [by_name[t.name] for t in args]
+    return s, generate_c(s.lower(name, sargs)), sargs
+
+
+class SketchBuilder:
+    """Configurations -> compiled libraries, `jobs` compilers at a time."""
+
+    def __init__(self, sp: SketchSpace, args: Sequence[Tensor] | None = None, compiler: CCompiler | None = None,
+                 jobs: int = 2, function: str = "kernel") -> None:
+        self.sp = sp
+        self.args = kernel_args(sp, args)
+        self.compiler = compiler or CCompiler()
+        self.jobs = jobs
+        self.function = function
+
+    def build(self, configs: Sequence[Config]) -> list[BuildResult]:
+        results: dict[int, BuildResult] = {}
+        sources: dict[int, tuple[str, tuple[dict, ...], float]] = {}
+        for k, cfg in enumerate(configs):
+            start = time.perf_counter()
+            try:
+                s, src, _ = schedule_source(self.sp, cfg, self.args, self.function)
+            except TEError as exc:
+                results[k] = BuildResult(cfg, None, ErrorKind.INVALID, f"schedule refused: {exc}",
+                                         time.perf_counter() - start)
+                continue
+            sources[k] = (src, tuple(s.to_json()), time.perf_counter() - start)
+
+        def compile_one(k: int) -> BuildResult:
+            src, steps, prep = sources[k]
+            start = time.perf_counter()
+            try:
+                lib = self.compiler.compile(src, {}, FLAGS)
+            except CandidateError as exc:
+                return BuildResult(configs[k], None, exc.kind, str(exc), prep + time.perf_counter() - start)
+            digest = hashlib.sha256(src.encode()).hexdigest()[:16]
+            return BuildResult(configs[k], Candidate(str(lib), self.function, steps, digest), None, "",
+                               prep + time.perf_counter() - start)
+
+        if self.jobs > 1 and len(sources) > 1:
+            with ThreadPoolExecutor(self.jobs) as pool:
+                for k, r in zip(sources, pool.map(compile_one, list(sources))):
+                    results[k] = r
+        else:
+            for k in sources:
+                results[k] = compile_one(k)
+        return [results[k] for k in range(len(configs))]
+
+
+@dataclass
+class _Reference:
+    seed: int
+    inputs: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]
+    seconds: float
+    uses: int = 0
+
+
+def run_candidate(library: str, function: str, spec: CheckSpec, timer: Timer, seed: int, refresh: int,
+                  cutoff_seconds: float) -> tuple[float, ...]:
+    """Inside the worker: check the candidate on random inputs, then time it."""
+    state = worker_state()
+    ref: _Reference | None = state.get(("reference", spec.key))
+    if ref is None or (ref.seed != seed and (ref.seconds < 0.25 or ref.uses >= refresh)):
+        rng = np.random.default_rng(seed)
+        inputs = {a.name: rng.standard_normal(a.shape).astype(numpy_dtype(a.dtype)) if a.dtype != "int32"
+                  else rng.integers(-8, 8, a.shape).astype(np.int32) for a in spec.args if not a.is_output}
+        start = time.perf_counter()
+        expected = reference_outputs(spec.outputs, **inputs)
+        ref = _Reference(seed, inputs, expected, time.perf_counter() - start)
+        state[("reference", spec.key)] = ref
+    ref.uses += 1
+    fn = load_function(library, function, [f"{a.dtype}*" for a in spec.args], restype="int")
+    arrays = {}
+    for a in spec.args:
+        if a.is_output:
+            arrays[a.name] = np.full(a.shape, np.nan, numpy_dtype(a.dtype))  # every element must be written
+        else:
+            arrays[a.name] = ref.inputs[a.name]
+    ptrs = [arrays[a.name].ctypes.data for a in spec.args]
+
+    def call() -> None:
+        if fn(*ptrs) != 0:
+            raise CandidateError(ErrorKind.OUT_OF_RESOURCES, "the kernel could not allocate its temporaries")
+
+    start = time.perf_counter()
+    call()
+    first = time.perf_counter() - start
+    for name, want in ref.expected.items():
+        check_close(arrays[name], want, spec.rtol, spec.atol)
+    if first > cutoff_seconds:
+        return (first,)
+    return timer.time(call)
+
+
+@dataclass
+class SketchRunner:
+    """Checks and times candidates in one isolated worker; a crash or hang fails only that
+    candidate. Identical sources are measured once."""
+
+    spec: CheckSpec
+    timer: Timer = field(default_factory=lambda: Timer(warmup_seconds=0.01, min_repeats=3, max_repeats=50,
+                                                       budget_seconds=0.05))
+    timeout: float = 60.0
+    seed: int = 0
+    refresh: int = 16
+    cutoff: float = 3.0
+
+    def __post_init__(self) -> None:
+        self.worker = IsolatedWorker(timeout=self.timeout)
+        self.best = math.inf
+        self._checks = 0
+        self._by_source: dict[str, MeasureResult] = {}
+
+    def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
+        for b in builds:
+            if not b.ok:
+                yield failed_build(b)
+                continue
+            cand: Candidate = b.artifact
+            extra = {"steps": list(cand.steps), "sketch": b.config.get("sketch", ""), "source": cand.source_hash}
+            same = self._by_source.get(cand.source_hash)
+            if same is not None:
+                yield MeasureResult(b.config, same.times, same.error, same.message, b.compile_seconds, 0.0,
+                                    {**extra, "same_source_as": same.config.digest})
+                continue
+            self._checks += 1
+            start = time.perf_counter()
+            try:
+                times = self.worker.call(run_candidate, cand.library, cand.function, self.spec, self.timer,
+                                         self.seed * 1_000_003 + self._checks, self.refresh, self.cutoff * self.best)
+                result = MeasureResult(b.config, tuple(times), compile_seconds=b.compile_seconds,
+                                       run_seconds=time.perf_counter() - start, extra=extra)
+            except CandidateError as exc:
+                result = MeasureResult.failed(b.config, exc.kind, str(exc), compile_seconds=b.compile_seconds,
+                                              run_seconds=time.perf_counter() - start, extra=extra)
+            if result.ok:
+                self.best = min(self.best, result.time)
+            self._by_source[cand.source_hash] = result
+            yield result
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def time_interleaved(libraries: Sequence[str], function: str, spec: CheckSpec, timer: Timer, rounds: int,
+                     seed: int) -> list[list[float]]:
+    """Inside the worker: per-round median times of each library, run in a shuffled order
+    every round on the same inputs (so a slow drift of the machine hits all alike)."""
+    rng = np.random.default_rng(seed)
+    inputs = {a.name: rng.standard_normal(a.shape).astype(numpy_dtype(a.dtype)) for a in spec.args
+              if not a.is_output}
+    arrays = {a.name: np.empty(a.shape, numpy_dtype(a.dtype)) if a.is_output else inputs[a.name]
+              for a in spec.args}
+    ptrs = [arrays[a.name].ctypes.data for a in spec.args]
+    fns = [load_function(lib, function, [f"{a.dtype}*" for a in spec.args], restype="int") for lib in libraries]
+    out: list[list[float]] = [[] for _ in libraries]
+    for _ in range(rounds):
+        for k in rng.permutation(len(fns)):
+            times = timer.time(lambda: fns[k](*ptrs))
+            out[k].append(float(np.median(times)))
+    return out

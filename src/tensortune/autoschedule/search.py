@@ -1,0 +1,165 @@
+"""The search over a sketch space: evolutionary, guided by a cost model on program features.
+
+`SketchSearch` is the strategies package's `EvolutionarySearch` with three things
+changed for programs: the cost model sees features of each candidate's lowered loop
+nest (not its raw parameters); mutations are Ansor's (move a factor between the tile
+levels of one loop, change the parallel granularity, the unroll step or the compute
+location, weighted 0.85 / 0.05 / 0.05 / 0.05); and proposals are canonical, so two
+configurations that build the same program are measured once.
+
+Example:
+    >>> from tensortune.te import workloads
+    >>> from tensortune.autoschedule.holes import SketchSpace
+    >>> sp = SketchSpace.of(workloads.matmul(32, 32, 32).outputs)
+    >>> s = SketchSearch(sp, seed=0, budget=16)
+    >>> batch = s.ask(4)
+    >>> len(batch), all(sp.canonical(c) == c for c in batch)
+    (4, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..model.xgb_rank import XGBRankModel
+from ..space import Config
+from ..search.evolutionary import EvolutionarySearch
+from ..search.points import Point, PointOps
+from ..te.dtype import TEError
+from .apply import apply_config
+from .features import FEATURE_NAMES, program_features
+from .holes import SketchSpace
+
+MUTATION_WEIGHTS = {"tile": 0.85, "par": 0.05, "unroll": 0.05, "at": 0.05}
+
+
+class ProgramFeatures:
+    """Feature rows of points, from their canonical programs' loop nests (cached)."""
+
+    def __init__(self, sp: SketchSpace, cores: int = 2) -> None:
+        self.sp = sp
+        self.cores = cores
+        self.names = list(FEATURE_NAMES)
+        self._cache: dict[Config, np.ndarray] = {}
+
+    @property
+    def width(self) -> int:
+        return len(self.names)
+
+    def config_row(self, config: Config) -> np.ndarray:
+        canon = self.sp.canonical(config)
+        row = self._cache.get(canon)
+        if row is None:
+            try:
+                row = program_features(apply_config(self.sp, canon).lower(), self.cores)
+            except TEError:
+                row = np.full(len(self.names), np.nan)
+            self._cache[canon] = row
+        return row
+
+    def points(self, points: Sequence[Sequence[int]]) -> np.ndarray:
+        if len(points) == 0:
+            return np.zeros((0, self.width))
+        return np.stack([self.config_row(self.sp.space.to_config(p)) for p in points])
+
+
+class SketchPointOps(PointOps):
+    """Point moves that know what the parameters of a sketch space mean."""
+
+    def __init__(self, sp: SketchSpace, rng: np.random.Generator, tries: int = 16) -> None:
+        super().__init__(sp.space, rng, tries)
+        self.sp = sp
+        self._index = {p.name: k for k, p in enumerate(sp.space.params)}
+        self._extent = {}
+        for holes in sp.holes.values():
+            for h in holes:
+                if "_tile_" in h.name:
+                    stage, axis = self._tile_axis(h.name)
+                    self._extent[h.name] = next(a.extent for a in sp.graph[stage].spatial + sp.graph[stage].reduce
+                                                if a.name == axis)
+
+    def _tile_axis(self, name: str) -> tuple[str, str]:
+        for stage in self.sp.graph:
+            for a in self.sp.graph[stage].spatial + self.sp.graph[stage].reduce:
+                from .holes import hole
+                if hole(stage, f"tile_{a.name}") == name:
+                    return stage, a.name
+        raise KeyError(name)
+
+    def mutate(self, point: Point, genes: int = 1) -> Point | None:
+        config = self.space.to_config(point)
+        used = sorted(self.sp.used(config))
+        groups = {kind: [n for n in used if _kind(n) == kind and len(self.space.params[self._index[n]]) > 1]
+                  for kind in MUTATION_WEIGHTS}
+        kinds = [k for k, names in groups.items() if names]
+        if not kinds:
+            return super().mutate(point, genes)
+        weights = np.asarray([MUTATION_WEIGHTS[k] for k in kinds])
+        for _ in range(self.tries):
+            new = list(point)
+            for _ in range(genes):
+                kind = kinds[int(self.rng.choice(len(kinds), p=weights / weights.sum()))]
+                name = groups[kind][int(self.rng.integers(len(groups[kind])))]
+                k = self._index[name]
+                param = self.space.params[k]
+                if kind == "tile":
+                    from .tiles import move_factor
+                    cur = param.values[new[k]]
+                    moved = move_factor(tuple(cur), self._extent[name], self.rng) if name in self._extent else None
+                    idx = param._index.get(repr(moved)) if moved is not None else None
+                    new[k] = idx if idx is not None else self._step(k, new[k])
+                else:
+                    new[k] = self._step(k, new[k])
+            cand = tuple(new)
+            if cand != point and self.valid(cand):
+                return cand
+        return None
+
+
+def _kind(name: str) -> str:
+    if "_tile_" in name or name.endswith("_vec") or name.endswith("_rf") or name.endswith("_rfvec"):
+        return "tile"
+    return name.rsplit("_", 1)[-1]
+
+
+class SketchSearch(EvolutionarySearch):
+    """Evolutionary search over a sketch space with program features and canonical proposals."""
+
+    name = "sketch-evolutionary"
+
+    def __init__(self, sp: SketchSpace, seed: int | None = None, budget: int | None = None, *,
+                 cores: int = 2, population: int = 128, **options) -> None:
+        features = ProgramFeatures(sp, cores)
+        options.setdefault("cost_model", XGBRankModel(seed=seed, feature_names=features.names))
+        super().__init__(sp.space, seed, budget, population=population, **options)
+        self.sp = sp
+        self.features = features
+        self.ops = SketchPointOps(sp, self.rng)
+        self._proposed: set[Config] = set()
+
+    def ask(self, n: int) -> list[Config]:
+        out: list[Config] = []
+        for _ in range(32):
+            if len(out) >= n:
+                break
+            batch = super().ask(n - len(out))
+            if not batch:
+                break
+            for cfg in batch:
+                canon = self.sp.canonical(cfg)
+                if canon in self._proposed or canon in self.seen and canon != cfg:
+                    continue
+                if np.isnan(self.features.config_row(canon)[0]):
+                    continue  # te refuses this schedule: nothing to measure
+                self._proposed.add(canon)
+                self.seen.add(canon)
+                out.append(canon)
+        return out
+
+    def tell(self, results) -> None:
+        for r in results:
+            self._proposed.add(self.sp.canonical(r.config) if r.config.get("sketch") in self.sp.sketches
+                               else r.config)
+        super().tell(results)
