@@ -127,7 +127,7 @@ def test_patterns_of_the_workloads():
     mm = analyze(workloads.matmul_bias_relu(64, 32, 16).output)
     assert mm.kind == "contraction" and mm.sizes == (1, 64, 32, 16)
     conv = analyze(workloads.conv2d_nchw(2, 4, 8, 8, 6, 3, 3, 1, 1).output)
-    assert conv.kind == "contraction" and conv.sizes == (1, 2 * 8 * 8, 6, 4 * 9)
+    assert conv.kind == "contraction" and conv.sizes == (1, 6, 2 * 8 * 8, 4 * 9)  # filters x pixels
     bmm = analyze(workloads.batch_matmul(3, 8, 8, 8).output)
     assert bmm.sizes == (3, 8, 8, 8)
     sm = analyze(workloads.softmax(4, 8).output)

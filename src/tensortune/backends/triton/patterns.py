@@ -6,7 +6,9 @@ the reductions it reads. Then:
 
 - **contraction**: the output reads one `sum` whose source is a product of two factors,
   one free of some output axes (the M side) and the other free of others (the N side),
-  at the output's own index. It becomes a block-tiled `tl.dot` kernel; the output
+  at the output's own index. It becomes a block-tiled `tl.dot` kernel (the factor stored
+  contiguously along the reduction is the dot's A operand, the other B, so that both
+  tiles load along their contiguous dimension); the output
   expression around it is the fused epilogue, the inlined factor expressions the
   prologue (implicit GEMM for a padded convolution).
 - **rows**: reductions over the same trailing ("column") axes for each leading ("row")
@@ -260,6 +262,8 @@ def _contraction(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
         return None
     fa, fb = split
     spatial, reduce_axes = red.op.axes, red.op.reduce_axes
+    if _contiguous_in(fa, reduce_axes) is False and _contiguous_in(fb, reduce_axes) is True:
+        fa, fb = fb, fa  # tl.dot wants A[m, k] along k and B[k, n] along n, as NCHW convolution data is
     uses_a, uses_b = _itervars(fa), _itervars(fb)
     groups: dict[str, list[int]] = {"b": [], "m": [], "n": []}
     for d, ax in enumerate(spatial):
@@ -284,6 +288,18 @@ def _contraction(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
         return None
     return ContractionPlan(out, inputs, grouped["b"], grouped["m"], grouped["n"], k_axes, factor_a, factor_b,
                            epilogue, tuple(out_vars), red)
+
+
+def _contiguous_in(factor: Expr, reduce_axes: tuple[IterVar, ...]) -> bool | None:
+    """Whether the first tensor a factor reads has its contiguous (last) index moving with
+    reduce axes only (True), with some spatial axis (False), or with none (None)."""
+    rd = reads(factor)
+    if not rd:
+        return None
+    last = itervars(rd[0].indices[-1])
+    if not last:
+        return None
+    return last <= set(reduce_axes)
 
 
 def _itervars(e: Expr) -> set[IterVar]:
