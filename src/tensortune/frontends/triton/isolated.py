@@ -112,7 +112,7 @@ def call_reference(reference: Callable[..., Any], arg_names: Sequence[str], chec
                    *args: Any) -> Any:
     """Adapt `reference=` (writes in place, or returns {name: tensor}) to the worker's form."""
     out = reference(*args)
-    if out is None:
+    if out is None or any(out is a for a in args):  # wrote in place (`c.copy_(a @ b)` returns c)
         return None
     return tuple(out.get(arg_names[i], args[i]) for i in checked)
 
