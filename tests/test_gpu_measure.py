@@ -24,7 +24,7 @@ from tensortune.space import Config, Space  # noqa: E402
 from tensortune.tuner import Tuner  # noqa: E402
 
 FAKES = "tensortune.measure.gpu.fakes"
-HOST = CudaTimer(clock="host", budget_seconds=0.002, warmup_seconds=0.0, min_repeats=3)
+HOST = CudaTimer(clock="host", budget_seconds=0.002, warmup_seconds=0.0, min_repeats=3, cooldown=0)
 
 
 def fake_task(**kw) -> GpuTask:

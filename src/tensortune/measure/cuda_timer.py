@@ -19,8 +19,10 @@ microseconds; the L2 is not flushed inside a replay. With `cooldown`, the GPU id
 (a spin on the GPU that keeps the launch queue full) for that multiple of the estimated
 run time after each timed run (by default as long as the run itself). Long, power-hungry
 kernels otherwise run the GPU at its power limit, where its clock, and so their time,
-wanders: on an H100, a 4096^3 fp16 matmul's medians varied 1.5% across calls without it
-and 0.3% with it (docs/benchmarks/gpu_measure.md). With `clock="host"` the same
+wanders: on an H100, a 4096^3 fp16 matmul's runs varied 1.2% (median absolute deviation
+over median) without it and 0.24% with it and the default 0.1 s warm-up
+(docs/benchmarks/gpu_measure.md). For a quick first pass over many candidates, pass a
+smaller `budget_seconds` and `warmup_seconds` and confirm the near-ties with the default. With `clock="host"` the same
 procedure runs on the host clock (`time.perf_counter` around a synchronised run), for
 CPU tensors and tests. torch is imported only when a timer first runs.
 
@@ -49,7 +51,7 @@ class CudaTimer:
     """Times a callable's GPU work; picklable, so runners send it to worker processes."""
 
     budget_seconds: float = 0.1
-    warmup_seconds: float = 0.025
+    warmup_seconds: float = 0.1
     min_repeats: int = 5
     max_repeats: int = 10_000
     estimate_repeats: int = 5
