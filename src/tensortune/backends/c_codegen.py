@@ -28,6 +28,7 @@ from ..te.expr import (Binary, Buffer, BufferLoad, Call, Cast, Compare, Const, E
                        const)
 from ..te.ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, walk_stmts
 from ..te.lower import normalize_index
+from ..te.visit import walk
 
 FLAGS = ("-ffp-contract=fast", "-fno-math-errno")  # FMA contraction is off by default under -std=c11
 STACK_LIMIT = 1 << 20  # local tiles larger than this go to the heap
@@ -75,7 +76,7 @@ class _CodeGen:
         for b in func.args:
             self._name(b, b.name)
         for s in walk_stmts(func.body):
-            if isinstance(s, Allocate):
+            if isinstance(s, Allocate) and s.buffer not in self.names:  # (partitioned copies share buffers)
                 self._name(s.buffer, s.buffer.name)
         for f in loops:
             self.ranges[f.var] = (0, f.extent - 1)
@@ -192,7 +193,11 @@ class _CodeGen:
         if isinstance(e, Compare):
             return f"({self.expr(e.a)} {_COMPARE[e.op]} {self.expr(e.b)})"
         if isinstance(e, Logical):
-            return f"({self.expr(e.a)} {'&&' if e.op == 'and' else '||'} {self.expr(e.b)})"
+            # without loads or calls both sides are cheap and safe: `&` keeps the condition
+            # branch-free, which lets GCC if-convert (and vectorize) what it guards
+            cheap = not any(isinstance(x, (BufferLoad, Call)) for x in walk(e))
+            op = ("&" if cheap else "&&") if e.op == "and" else ("|" if cheap else "||")
+            return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
         if isinstance(e, Not):
             return f"(!{self.expr(e.a)})"
         if isinstance(e, Select):

@@ -279,8 +279,15 @@ def binary(op: str, a: Any, b: Any) -> Expr:
         raise TEError(f"'/' on integers ({a} / {b}); use // for floor division")
     if op in ("floordiv", "mod") and not is_int(a.dtype):
         raise TEError(f"'{ARITH_OPS[op]}' needs integer operands, got {a.dtype}")
-    if isinstance(a, Const) and isinstance(b, Const) and is_int(a.dtype):
-        return const(_fold(op, int(a.value), int(b.value)), a.dtype)
+    if is_int(a.dtype):
+        if isinstance(a, Const) and isinstance(b, Const):
+            return const(_fold(op, int(a.value), int(b.value)), a.dtype)
+        one_b, zero_b = isinstance(b, Const) and b.value == 1, isinstance(b, Const) and b.value == 0
+        if (op in ("mul", "floordiv") and one_b) or (op in ("add", "sub") and zero_b):
+            return a  # index arithmetic like `y * stride + r` with stride 1
+        if (op == "mul" and isinstance(a, Const) and a.value == 1) or (op == "add" and isinstance(a, Const)
+                                                                        and a.value == 0):
+            return b
     return Binary(op, a, b)
 
 

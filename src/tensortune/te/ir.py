@@ -83,7 +83,7 @@ def seq(stmts: list[Stmt]) -> Stmt:
     flat: list[Stmt] = []
     for s in stmts:
         flat.extend(s.stmts if isinstance(s, Seq) else (s,))
-    return flat[0] if len(flat) == 1 else Seq(tuple(flat))
+    return flat[0] if len(flat) == 1 else Seq(tuple(flat))  # (an empty Seq is a no-op)
 
 
 def stmt_children(s: Stmt) -> tuple[Stmt, ...]:

@@ -1,0 +1,151 @@
+"""Loop partitioning: full tiles without guards, tails with them.
+
+A split whose factor does not divide the extent leaves guards (`if i.0 * 16 + i.1 < 56`)
+inside the tile; evaluated in every iteration of an unrolled, vectorized inner loop they
+cost a lot. For each loop whose guards become provably true on a prefix of its range,
+the loop is cut in two: the prefix without those guards and the rest with them.
+
+Example:
+    >>> from tensortune import te
+    >>> A = te.placeholder((10,), name="A")
+    >>> B = te.compute((10,), lambda i: A[i] * 2.0, name="B")
+    >>> s = te.create_schedule(B)
+    >>> _ = s[B].split("i", 4)
+    >>> print(partition_tails(s.lower()).body)
+    for i.0 in 0..2:
+      for i.1 in 0..4:
+        B[((i.0 * 4) + i.1)] = (A[((i.0 * 4) + i.1)] * 2.0)
+    for i.0 in 0..1:
+      for i.1 in 0..2:
+        B[(((i.0 * 4) + i.1) + 8)] = (A[(((i.0 * 4) + i.1) + 8)] * 2.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .affine import Range, interval
+from .expr import Binary, BufferLoad, Compare, Const, Expr, Logical, Var, const
+from .ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, seq, walk_stmts
+from .lower import normalize_index
+from .visit import map_expr, substitute, variables
+
+MAX_COPIES = 16  # a loop nest is copied at most this many times by partitioning
+
+
+def partition_tails(func: LoweredFunc) -> LoweredFunc:
+    """`func` with guarded tails split off the loops that carry them."""
+    p = _Partition()
+    return LoweredFunc(func.name, func.args, p.stmt(func.body, {}))
+
+
+def provable(cond: Expr, ranges: Mapping[Expr, Range], value: bool = True) -> bool:
+    """Whether `cond` is `value` for every value of its variables within `ranges`."""
+    if isinstance(cond, Logical) and cond.op == "and":
+        if value:
+            return provable(cond.a, ranges) and provable(cond.b, ranges)
+        return provable(cond.a, ranges, False) or provable(cond.b, ranges, False)
+    if isinstance(cond, Const):
+        return bool(cond.value) == value
+    if not isinstance(cond, Compare) or cond.op in ("eq", "ne") or cond.a.dtype != "int32":
+        return False
+    r = interval(Binary("sub", cond.a, cond.b), ranges)
+    if r is None:
+        return False
+    lo, hi = r
+    if value:
+        return {"lt": hi < 0, "le": hi <= 0, "gt": lo > 0, "ge": lo >= 0}[cond.op]
+    return {"lt": lo >= 0, "le": lo > 0, "gt": hi <= 0, "ge": hi < 0}[cond.op]
+
+
+def _conjuncts(cond: Expr) -> list[Expr]:
+    if isinstance(cond, Logical) and cond.op == "and":
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+class _Partition:
+    def __init__(self) -> None:
+        self.copies = 1
+
+    def stmt(self, s: Stmt, ranges: dict[Expr, Range]) -> Stmt:
+        if isinstance(s, Seq):
+            return seq([self.stmt(c, ranges) for c in s.stmts])
+        if isinstance(s, Allocate):
+            return Allocate(s.buffer, self.stmt(s.body, ranges))
+        if isinstance(s, IfThenElse):
+            if provable(s.cond, ranges, False):
+                return Seq(())  # never taken
+            kept = [c for c in _conjuncts(s.cond) if not provable(c, ranges)]
+            body = self.stmt(s.then, ranges)
+            if not kept:
+                return body
+            cond = kept[0]
+            for c in kept[1:]:
+                cond = Logical("and", cond, c)
+            return IfThenElse(cond, body)
+        if isinstance(s, For):
+            return self.loop(s, ranges)
+        return s
+
+    def loop(self, f: For, ranges: dict[Expr, Range]) -> Stmt:
+        inner = dict(ranges)
+        for x in walk_stmts(f.body):
+            if isinstance(x, For):
+                old = inner.get(x.var)
+                inner[x.var] = (0, max(x.extent - 1, old[1] if old else 0))
+        conds = [c for x in walk_stmts(f.body) if isinstance(x, IfThenElse) for c in _conjuncts(x.cond)
+                 if f.var in variables(c)]
+        if f.kind in ("vectorize", "unroll") or not conds:  # (cutting a register tile does not pay)
+            return self._with_body(f, self.stmt(f.body, {**ranges, f.var: (0, f.extent - 1)}))
+        lo, hi = 0, f.extent  # the largest t with every condition true for var < t
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if all(provable(c, {**inner, f.var: (0, mid - 1)}) for c in conds):
+                lo = mid
+            else:
+                hi = mid - 1
+        t = lo
+        if t == f.extent or 2 * t < f.extent or self.copies >= MAX_COPIES:  # worth it when most is full
+            return self._with_body(f, self.stmt(f.body, {**ranges, f.var: (0, f.extent - 1)}))
+        self.copies *= 2
+        full = self._with_body(f, self.stmt(f.body, {**ranges, f.var: (0, t - 1)}), t)
+        shifted = _shift(f.body, f.var, t)
+        tail = self._with_body(f, self.stmt(shifted, {**ranges, f.var: (0, f.extent - t - 1)}), f.extent - t)
+        return seq([full, tail])
+
+    @staticmethod
+    def _with_body(f: For, body: Stmt, extent: int | None = None) -> Stmt:
+        if isinstance(body, Seq) and not body.stmts:
+            return body
+        return For(f.var, f.extent if extent is None else extent, f.kind, body, f.stage, f.loop, f.axis_kind)
+
+
+def _shift(s: Stmt, var: Var, offset: int) -> Stmt:
+    """`s` with `var` replaced by `var + offset`."""
+    mapping = {var: Binary("add", var, const(offset))}
+
+    def tidy(x: Expr) -> Expr | None:
+        if isinstance(x, BufferLoad):
+            return BufferLoad(x.buffer, tuple(normalize_index(i) for i in x.indices))
+        if isinstance(x, Compare) and x.a.dtype == "int32":
+            return Compare(x.op, normalize_index(x.a), normalize_index(x.b))
+        return None
+
+    def ex(e: Expr) -> Expr:
+        return map_expr(substitute(e, mapping), tidy)
+
+    def go(x: Stmt) -> Stmt:
+        if isinstance(x, Seq):
+            return Seq(tuple(go(c) for c in x.stmts))
+        if isinstance(x, For):
+            return For(x.var, x.extent, x.kind, go(x.body), x.stage, x.loop, x.axis_kind)
+        if isinstance(x, IfThenElse):
+            return IfThenElse(ex(x.cond), go(x.then))
+        if isinstance(x, Allocate):
+            return Allocate(x.buffer, go(x.body))
+        if isinstance(x, Store):
+            return Store(x.buffer, tuple(normalize_index(ex(i)) for i in x.indices), ex(x.value), x.stage, x.role)
+        return x
+
+    return go(s)
