@@ -1,0 +1,1 @@
+"""Benchmarks of search strategies and cost models on replayed measured spaces."""
