@@ -65,6 +65,11 @@ _REGISTRY: dict[str, str] = {
     "exhaustive": "tensortune.search.exhaustive:ExhaustiveSearch",
     "random": "tensortune.search.random_search:RandomSearch",
     "auto": "tensortune.search.auto:AutoSearch",
+    "evolutionary": "tensortune.search.evolutionary:EvolutionarySearch",
+    "model_based": "tensortune.search.model_based:ModelBasedSearch",
+    "annealing": "tensortune.search.annealing:SimulatedAnnealing",
+    "genetic": "tensortune.search.genetic:GeneticSearch",
+    "local": "tensortune.search.local:LocalSearch",
 }
 
 

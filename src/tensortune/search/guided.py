@@ -1,0 +1,145 @@
+"""A planned search that keeps a cost model fitted to every measurement so far.
+
+Subclasses decide how to turn the model into the next batch (`plan_with_model`); this
+base takes care of the initial random sample, refitting, scoring points, the
+epsilon-greedy random share, and of falling back to random points when there is nothing
+to learn from yet (no successful measurement, or a model that cannot be fitted).
+
+The first points are a space-filling random sample: many uniform draws, from which
+points are picked greedily to be far apart (in how many parameters they differ), so a
+small initial sample covers every parameter's values.
+
+Example:
+    >>> from tensortune.space import Space
+    >>> from tensortune.search.evolutionary import EvolutionarySearch
+    >>> s = EvolutionarySearch(Space({"a": list(range(20)), "b": [1, 2]}), seed=0, budget=10)
+    >>> len(s.ask(4))
+    4
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..model.base import CostModel
+from ..model.ensemble import BootstrapEnsemble
+from ..model.features import FeatureExtractor
+from ..model.xgb_rank import XGBParams, XGBRankModel
+from ..space import Space
+from .planned import PlannedSearch
+from .points import Point, unique
+
+
+def initial_size(budget: int | None, low: int = 8, high: int = 24, fraction: float = 0.1) -> int:
+    """How many random points to measure before trusting a model, for a budget."""
+    if budget is None:
+        return high
+    return int(min(high, max(low, round(fraction * budget))))
+
+
+class ModelGuidedSearch(PlannedSearch):
+    """Base of strategies whose batches come from a cost model over all measurements."""
+
+    def __init__(self, space: Space, seed: int | None = None, budget: int | None = None, *,
+                 plan_size: int = 8, initial: int | None = None, epsilon: float = 0.05,
+                 members: int = 1, model_params: XGBParams | None = None,
+                 cost_model: CostModel | None = None, base_model: XGBRankModel | None = None,
+                 workload_key: Mapping[str, Any] | None = None) -> None:
+        super().__init__(space, seed, budget, plan_size)
+        self.initial = initial if initial is not None else initial_size(budget)
+        self.epsilon = epsilon
+        self.features = FeatureExtractor(space, workload_key)
+        if cost_model is not None:
+            self.model: CostModel = cost_model
+        elif members > 1:
+            self.model = BootstrapEnsemble(members, model_params, seed, self.features.names, base_model)
+        else:
+            self.model = XGBRankModel(model_params, seed, self.features.names, base_model)
+        self._fitted_on = -1
+
+    # ---- to implement --------------------------------------------------------------------
+    @abstractmethod
+    def plan_with_model(self, n: int) -> list[Point]:
+        """About `n` unseen points chosen with the fitted model."""
+
+    # ---- planning ------------------------------------------------------------------------
+    def plan(self, n: int) -> list[Point]:
+        ok = sum(1 for t in self.measured.values() if math.isfinite(t))
+        if len(self.measured) < self.initial or ok < 2:
+            return self.space_filling(min(n, max(1, self.initial - len(self.measured))) if ok >= 2 else n)
+        self.refit()
+        if not self.model.fitted:
+            return []
+        chosen = self.plan_with_model(n)
+        explore = sum(self.rng.random() < self.epsilon for _ in range(len(chosen)))
+        if explore:
+            chosen = chosen[: len(chosen) - explore] + self.fresh_random(explore, set(chosen))
+        return chosen
+
+    def refit(self) -> None:
+        if self._fitted_on == len(self.measured):
+            return
+        points, times = self.arrays()
+        self.model.fit(self.features.points(points), times)
+        self._fitted_on = len(self.measured)
+
+    def score(self, points: list[Point]) -> np.ndarray:
+        if not points:
+            return np.zeros(0)
+        return self.model.predict(self.features.points(points))
+
+    def acquisition(self, points: list[Point]) -> np.ndarray:
+        """What a plan maximizes; the model's score unless a strategy says otherwise."""
+        return self.score(points)
+
+    def space_filling(self, n: int, draws_per_point: int = 16) -> list[Point]:
+        """`n` unseen random points, chosen among many draws to differ in many parameters."""
+        pool = self.fresh_random(n * draws_per_point)
+        if len(pool) <= n:
+            return pool
+        arr = np.asarray(pool)
+        taken = list(self.measured) + list(self._queue)
+        chosen: list[int] = []
+        nearest = np.full(len(pool), arr.shape[1] + 1.0)
+        if taken:
+            for p in taken:
+                nearest = np.minimum(nearest, (arr != np.asarray(p)).sum(axis=1))
+        for _ in range(n):
+            # the farthest point from everything chosen, ties broken at random
+            scores = nearest + self.rng.random(len(pool)) * 0.5
+            scores[chosen] = -1
+            k = int(np.argmax(scores))
+            chosen.append(k)
+            nearest = np.minimum(nearest, (arr != arr[k]).sum(axis=1))
+        return [pool[k] for k in chosen]
+
+    def top_unseen(self, candidates: list[Point], scores: np.ndarray, n: int) -> list[Point]:
+        """The `n` best-scored candidates not measured or queued yet."""
+        order = np.argsort(-scores, kind="stable")
+        return unique((candidates[i] for i in order), self.seen_points)[:n]
+
+    def thompson(self, candidates: list[Point], n: int) -> list[Point]:
+        """`n` picks, each the best unseen candidate of one ensemble member in turn
+        (with a single model: its top `n`)."""
+        candidates = unique(candidates, self.seen_points)
+        if not isinstance(self.model, BootstrapEnsemble) or not candidates:
+            return self.top_unseen(candidates, self.score(candidates), n)
+        member_scores = self.model.predict_members(self.features.points(candidates))
+        orders = [iter(np.argsort(-row, kind="stable")) for row in member_scores]
+        chosen: list[Point] = []
+        taken: set[int] = set()
+        while len(chosen) < min(n, len(candidates)):
+            for order in orders:
+                for i in order:
+                    if i not in taken:
+                        taken.add(int(i))
+                        chosen.append(candidates[int(i)])
+                        break
+                if len(chosen) == n:
+                    break
+        return chosen
