@@ -57,14 +57,16 @@ _F64 = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "abs": "fabs
 _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
-def generate_c(func: LoweredFunc) -> str:
-    """The C source of `func` (one exported function named `func.name`)."""
-    return _CodeGen(func).run()
+def generate_c(func: LoweredFunc, threads: int | None = None) -> str:
+    """The C source of `func` (one exported function named `func.name`); parallel loops
+    use `threads` threads (default: OpenMP's, i.e. every core or $OMP_NUM_THREADS)."""
+    return _CodeGen(func, threads).run()
 
 
 class _CodeGen:
-    def __init__(self, func: LoweredFunc) -> None:
+    def __init__(self, func: LoweredFunc, threads: int | None = None) -> None:
         self.func = func
+        self.threads = threads
         self.names: dict[object, str] = {}
         self.taken = set(_C_KEYWORDS) | {func.name}
         self.ranges: dict[Expr, Range] = {}
@@ -130,7 +132,8 @@ class _CodeGen:
         elif isinstance(s, For):
             v = self.names[s.var]
             if s.kind == "parallel":
-                self.lines.append(f"{pad}#pragma omp parallel for schedule(static)")
+                nt = f" num_threads({self.threads})" if self.threads else ""
+                self.lines.append(f"{pad}#pragma omp parallel for schedule(static){nt}")
             elif s.kind == "vectorize":
                 self.lines.append(f"{pad}#pragma omp simd")
             elif s.kind == "unroll":

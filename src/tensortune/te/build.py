@@ -110,21 +110,22 @@ def reference_outputs(outputs: tuple[Tensor, ...], **arrays: np.ndarray) -> dict
 
 
 def c_source(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tensor] | None = None,
-             name: str = "kernel") -> str:
+             name: str = "kernel", threads: int | None = None) -> str:
     """The C source `build` would compile (compile it with `CCompiler().compile(source,
     extra_flags=c_codegen.FLAGS)`)."""
     from ..backends.c_codegen import generate_c
     from .partition import partition_tails
     if not isinstance(schedule, Schedule):
         schedule = Schedule(schedule)
-    return generate_c(partition_tails(schedule.lower(name, args)))
+    return generate_c(partition_tails(schedule.lower(name, args)), threads)
 
 
 def build(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tensor] | None = None,
           target: str = "c", name: str = "kernel", compiler: Any = None,
-          defines: Mapping[str, Any] | None = None) -> Kernel:
+          defines: Mapping[str, Any] | None = None, threads: int | None = None) -> Kernel:
     """Compile a schedule (or, given tensors, their default schedule) into a `Kernel`.
-    `args` orders the arguments (default: inputs, then outputs)."""
+    `args` orders the arguments (default: inputs, then outputs); `threads` fixes the
+    number of threads of parallel loops (default: every core, or $OMP_NUM_THREADS)."""
     if target not in ("c", "cpu", "llvm"):
         raise TEError(f"unknown target {target!r}; tensortune.te builds for target='c'")
     if not isinstance(schedule, Schedule):
@@ -138,7 +139,7 @@ def build(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tensor]
     for b in func.args:
         if math.prod(b.shape) >= 2**31:
             raise TEError(f"tensor {b.name!r} has 2**31 elements or more; indices are 32-bit")
-    source = generate_c(func)
+    source = generate_c(func, threads)
     compiler = compiler or CCompiler()
     library = compiler.compile(source, dict(defines or {}), FLAGS)
     fn = load_function(library, name, [f"{b.dtype}*" for b in func.args], restype="int")
