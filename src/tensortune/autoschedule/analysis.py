@@ -118,7 +118,7 @@ def _stage(t: Tensor, is_output: bool, consumers: tuple[str, ...]) -> StageInfo:
     body = op.body
     source = body.source if isinstance(body, Reduce) else body
     rd = reads(source)
-    spatial = set(op.axes)
+    spatial = {a for a in op.axes if a.extent > 1}
     has_reuse = False
     if op.reduce_axes:
         kind = "reduction"

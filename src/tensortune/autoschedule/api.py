@@ -103,7 +103,7 @@ class Problem:
             default_name = getattr(obj, "name", None)
             args = list(args) if args is not None else list(obj.inputs) + list(obj.outputs)
             obj = obj.outputs
-        outs = [obj] if isinstance(obj, Tensor) else list(obj)
+        outs = [obj] if isinstance(obj, Tensor) else list(obj) if isinstance(obj, (list, tuple)) else []
         if not outs or not all(isinstance(t, Tensor) for t in outs):
             raise TEError(f"autoschedule needs tensors (or a function returning them), got {outputs_or_function!r}")
         sp = SketchSpace.of(outs)

@@ -84,8 +84,11 @@ def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: S
         for lv, loop in enumerate(parts):
             levels[lv].append(loop.name)
     consumer.reorder(*levels[0], *levels[1], *levels[2])
-    fused = _parallel(consumer, levels[0] + (levels[1] if par == 2 else []))
-    attach = fused if at == par else levels[1][-1]
+    if par:
+        fused = _parallel(consumer, levels[0] + (levels[1] if par == 2 else []))
+        attach = fused if at == par else levels[1][-1]
+    else:
+        attach = levels[at - 1][-1]
     consumer.vectorize(levels[2][-1])
     local.compute_at(consumer, attach)
     inner = [t[2:] if at == 2 else t[1:] for t in spatial]
@@ -97,7 +100,8 @@ def _tile_root(s: Schedule, config: Mapping[str, Any], anchor: str) -> None:
     spatial, _ = _tiles(config, anchor, stage)
     par = config[hole(anchor, "par")]
     outer = _tile_inner(stage, config, anchor, spatial, outer_spatial=True)
-    _parallel(stage, outer[0] + (outer[1] if par == 2 else []))
+    if par:
+        _parallel(stage, outer[0] + (outer[1] if par == 2 else []))
 
 
 def _tile_inner(stage: Stage, config: Mapping[str, Any], anchor: str, spatial: list[tuple[int, ...]],
@@ -127,15 +131,18 @@ def _tile_inner(stage: Stage, config: Mapping[str, Any], anchor: str, spatial: l
 
 
 def _unroll(stage: Stage, loops: list[str], max_step: int) -> None:
-    """Unroll loops from the innermost outwards while their extents multiply to at most
-    `max_step` (Ansor's auto_unroll_max_step; the vectorized loop does not count)."""
-    product = 1
+    """Unroll loops from the innermost outwards while the body copies (the loop's extent
+    times those of every loop inside it) stay within `max_step`, as Ansor's
+    auto_unroll_max_step does."""
+    order = [l.name for l in stage.loops]
     for name in reversed(loops):
-        loop = stage.loop(name)
-        product *= loop.extent
-        if product > max_step:
+        pos = order.index(name)
+        steps = 1
+        for inner in order[pos:]:
+            steps *= stage.loop(inner).extent
+        if steps > max_step:
             break
-        if loop.extent > 1:
+        if stage.loop(name).extent > 1:
             stage.unroll(name)
 
 

@@ -82,7 +82,7 @@ def program_features(func: LoweredFunc, cores: int = 2) -> np.ndarray:
     chunks = [f.extent for f in _root_parallel(func.body)]
     par = max(chunks) if chunks else 1
     total_flops = sum(2.0 ** b[1] - 1 for b in blocks)
-    out[STORES * width:] = [len(stores), _log(local), _log(total_flops), _log(par),
+    out[STORES * width:] = [len(stores), _log(local), _log(total_flops), math.log2(par),
                             par / (math.ceil(par / cores) * cores)]
     return out
 

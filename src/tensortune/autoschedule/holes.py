@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..space import Categorical, Config, Space
+from ..space.constraints import Constraint
 from ..te.tensor import Tensor
 from .analysis import GraphInfo, StageInfo, analyze
 from .sketch import (CACHE_WRITE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, Sketch, generate_sketches)
@@ -35,6 +36,8 @@ RFACTOR_FACTORS = (16, 32, 64, 128, 256, 512)
 MAX_VECTOR = 64  # innermost spatial tile of the contiguous axis
 MAX_REGISTER_ROWS = 16  # innermost tile of the other spatial axes
 VECTOR_ALIGN = 8  # the innermost tile of the contiguous axis is a multiple of this, or the whole axis
+MAX_REGISTER_TILE = 512  # elements of the innermost (register) tile: 32 vectors of 16 floats
+MAX_LOCAL_TILE = 32768  # elements of the two innermost tile levels (128 KiB of float32)
 
 
 def ident(text: str) -> str:
@@ -86,7 +89,7 @@ def _tile_holes(s: StageInfo) -> list[Hole]:
         out.append(Hole(hole(s.name, f"tile_{a.name}"), tuple(options)))
     for r in s.reduce:
         out.append(Hole(hole(s.name, f"tile_{r.name}"), tuple(tile_options(r.extent, 2))))
-    out.append(Hole(hole(s.name, "par"), (1, 2)))
+    out.append(Hole(hole(s.name, "par"), (1, 2, 0)))  # spatial levels fused into the parallel loop
     out.append(Hole(hole(s.name, "unroll"), UNROLL_STEPS))
     return out
 
@@ -100,6 +103,26 @@ def _simple_holes(s: StageInfo) -> list[Hole]:
            Hole(hole(s.name, "par"), tuple(range(len(s.spatial) + 1)))]
     if s.reduce:
         out.append(Hole(hole(s.name, "unroll"), UNROLL_STEPS))
+    return out
+
+
+def tile_constraints(g: GraphInfo, sketches: list[Sketch]) -> list[Constraint]:
+    """Per tiled stage: the register tile and the two innermost levels stay small enough to
+    live in registers and in the L1/L2 caches."""
+    out = []
+    for name in sorted({p.stage for s in sketches for p in s.anchors()}):
+        names = [hole(name, f"tile_{a.name}") for a in g[name].spatial]
+
+        def fits(values, names=tuple(names)) -> bool:
+            register = local = 1
+            for n in names:
+                t = values[n]
+                register *= t[-1]
+                local *= t[-1] * t[-2]
+            return register <= MAX_REGISTER_TILE and local <= MAX_LOCAL_TILE
+
+        out.append(Constraint(frozenset(names), f"{name}: register tile <= {MAX_REGISTER_TILE} and local tile <= "
+                              f"{MAX_LOCAL_TILE} elements", fits))
     return out
 
 
@@ -120,7 +143,8 @@ class SketchSpace:
                     raise ValueError(f"hole {h.name!r} has different values in two sketches")
                 params[h.name] = h.values
         self.space = Space([Categorical("sketch", list(self.sketches))]
-                           + [Categorical(n, list(v)) for n, v in params.items()])
+                           + [Categorical(n, list(v)) for n, v in params.items()],
+                           constraints=tile_constraints(graph, sketches))
         self._defaults = {n: v[0] for n, v in params.items()}
 
     @staticmethod

@@ -1,0 +1,110 @@
+"""Printing a sketch as loop-nest pseudo-code, with `?` for the extents annotation fills.
+
+Example:
+    >>> from tensortune.te import workloads
+    >>> from tensortune.autoschedule.analysis import analyze
+    >>> from tensortune.autoschedule.sketch import generate_sketches
+    >>> w = workloads.matmul(64, 64, 64)
+    >>> print(describe_sketch(generate_sketches(w.outputs)[0], analyze(w.outputs)))
+    sketch C:cache_write
+      parallel for i.0@j.0 (fused, ? levels)
+        for i.1, j.1
+          C.local = 0 over the tile                 # computed here (or one level up)
+          for k.0
+            for i.2, j.2
+              for k.1
+                unroll for i.3
+                  vectorize for j.3
+                    C.local[i, j] += (A[i, k] * B[k, j])
+          for i.2*i.3
+            vectorize for j.2*j.3
+              C[i, j] = C.local[i, j]
+"""
+
+from __future__ import annotations
+
+from ..te.visit import reads
+from .analysis import GraphInfo
+from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_CONSUMER, TILE_LOCAL, Sketch
+
+
+def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
+    lines = [f"sketch {sketch.key}"]
+    inlined = [p.stage for p in sketch.plans if p.rule == INLINE]
+    if inlined:
+        lines.append(f"  inlined: {', '.join(inlined)}")
+    for p in sketch.plans:
+        if p.rule in (INLINE, TILE_LOCAL):
+            continue
+        s = g[p.stage]
+        sp = [a.name for a in s.spatial]
+        rd = [r.name for r in s.reduce]
+        if p.rule in (CACHE_WRITE, TILE_CONSUMER):
+            local = f"{p.stage}.local" if p.rule == CACHE_WRITE else p.partner
+            src = g[p.stage] if p.rule == CACHE_WRITE else g[p.partner]
+            lines += _tiled_local(sp, [r.name for r in src.reduce], local, _update(src, local),
+                                  p.stage, f"{p.stage}[{', '.join(sp)}] = "
+                                  + (f"{local}[{', '.join(sp)}]" if p.rule == CACHE_WRITE else _text(s)))
+        elif p.rule == TILE:
+            lines += _tiled_root(sp, rd, _update(s, p.stage))
+        elif p.rule == RFACTOR:
+            lines += [f"  parallel for lane.0 in ?: for {', '.join(sp)}: for {rd[0]}.o",
+                      "    vectorize for lane.1 in ?",
+                      f"      {p.stage}.rf[lane, {', '.join(sp)}] += ...",
+                      f"  for {', '.join(sp)}: {p.stage}[...] = sum over lanes of {p.stage}.rf"]
+        elif p.rule == SIMPLE:
+            lines += _simple(sp, rd, s.name, _text(s))
+    return "\n".join(lines)
+
+
+def _text(s) -> str:
+    return str(s.tensor.op.body)
+
+
+def _update(s, target: str) -> str:
+    body = s.tensor.op.body
+    src = getattr(body, "source", body)
+    op = {"sum": "+=", "max": "max=", "min": "min="}.get(getattr(body, "combiner", ""), "=")
+    return f"{target}[{', '.join(a.name for a in s.spatial)}] {op} {src}"
+
+
+def _tiled_local(sp, rd, local, update, stage, copy) -> list[str]:
+    j = lambda lv: ", ".join(f"{a}.{lv}" for a in sp)  # noqa: E731
+    return [
+        f"  parallel for {'@'.join(a + '.0' for a in sp)} (fused, ? levels)",
+        f"    for {j(1)}",
+        f"      {local} = 0 over the tile                 # computed here (or one level up)",
+        f"      for {', '.join(r + '.0' for r in rd)}",
+        f"        for {', '.join(a + '.2' for a in sp)}",
+        f"          for {', '.join(r + '.1' for r in rd)}",
+        *([f"            unroll for {', '.join(a + '.3' for a in sp[:-1])}"] if len(sp) > 1 else []),
+        f"            {'  ' if len(sp) > 1 else ''}vectorize for {sp[-1]}.3",
+        f"              {'  ' if len(sp) > 1 else ''}{update}",
+        *([f"      for {', '.join(f'{a}.2*{a}.3' for a in sp[:-1])}"] if len(sp) > 1 else []),
+        f"        {'' if len(sp) > 1 else ''}vectorize for {sp[-1]}.2*{sp[-1]}.3",
+        f"          {copy}",
+    ]
+
+
+def _tiled_root(sp, rd, update) -> list[str]:
+    return [
+        f"  parallel for {'@'.join(a + '.0' for a in sp)} (fused, ? levels)",
+        f"    for {', '.join(a + '.1' for a in sp)}",
+        f"      for {', '.join(r + '.0' for r in rd)}",
+        f"        for {', '.join(a + '.2' for a in sp)}",
+        f"          for {', '.join(r + '.1' for r in rd)}",
+        f"            unroll for {', '.join(a + '.3' for a in sp[:-1])}; vectorize for {sp[-1]}.3",
+        f"              {update}",
+    ]
+
+
+def _simple(sp, rd, name, text) -> list[str]:
+    if not sp:
+        return [f"  {name} = {text}"]
+    outer = ", ".join(sp[:-1] + [sp[-1] + ".0"])
+    lines = [f"  parallel for (the first ? of) {outer}"]
+    if rd:
+        lines.append(f"    for {', '.join(rd)}")
+    lines += [f"    {'  ' if rd else ''}vectorize for {sp[-1]}.1 in ?",
+              f"      {'  ' if rd else ''}{name}[{', '.join(sp)}] = {text}"]
+    return lines

@@ -1,0 +1,186 @@
+"""The auto-scheduler: sketches, the annotation space, schedules that te accepts and that
+compute the right thing, features, the search, and autoschedule end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensortune import te
+from tensortune.autoschedule import SketchSpace, autoschedule, autoschedule_many, generate_sketches
+from tensortune.autoschedule.analysis import analyze
+from tensortune.autoschedule.apply import apply_config
+from tensortune.autoschedule.features import FEATURE_NAMES, program_features
+from tensortune.autoschedule.measure import CheckSpec, SketchBuilder, SketchRunner
+from tensortune.autoschedule.search import SketchSearch
+from tensortune.autoschedule.tiles import move_factor, tile_options
+from tensortune.db import Database, Target
+from tensortune.measure import BuildResult, ErrorKind, Timer, check_close
+from tensortune.space import Config
+from tensortune.te import workloads as W
+from tensortune.te.build import reference_outputs
+
+FAST_TIMER = Timer(warmup_seconds=0, min_repeats=2, max_repeats=3, budget_seconds=0)
+
+
+def keys(w):
+    return [s.key for s in generate_sketches(w.outputs)]
+
+
+def test_sketch_rules_follow_the_graph():
+    assert keys(W.matmul(64, 64, 64)) == ["C:cache_write", "C:tile"]
+    # the elementwise consumer is fused: the matmul is tiled at the consumer's loops
+    assert keys(W.matmul_bias_relu(64, 64, 64)) == ["C:tile_local>D,D:tile_consumer<C"]
+    # padding has a branch: both inlining it and computing it at the root are sketched
+    assert keys(W.conv2d_nchw(1, 4, 8, 8, 4, 3, 3, padding=1)) == [
+        "pad:inline,conv:cache_write", "pad:inline,conv:tile", "pad:simple,conv:cache_write", "pad:simple,conv:tile"]
+    # reductions without reuse are not tiled; a plain elementwise producer is always inlined
+    assert all(",exp:" in k for k in keys(W.softmax(4, 64)))
+    assert keys(W.transpose(8, 8)) == ["T:simple"]
+    # a long reduction with almost no spatial parallelism gets an rfactor sketch
+    A = te.placeholder((4096,), name="A")
+    k = te.reduce_axis(4096, "k")
+    S = te.compute((1,), lambda i: te.sum(A[k] * A[k], axis=k), name="S")
+    assert [s.key for s in generate_sketches(S)] == ["S:rfactor", "S:simple"]
+
+
+def test_sketches_are_printable_loop_nests():
+    w = W.matmul_bias_relu(64, 64, 64)
+    text = generate_sketches(w.outputs)[0].describe(analyze(w.outputs))
+    assert "parallel for i.0@j.0" in text and "vectorize for j.3" in text
+    assert "D[i, j] = max((C[i, j] + bias[j]), 0.0)" in text
+
+
+def test_tile_options_cover_divisors_and_tails():
+    opts = tile_options(56, 2, 64, tails=True)
+    assert (8,) in opts and (56,) in opts and (16,) in opts  # 16 leaves a tail of 8
+    assert all(len(t) == 3 for t in tile_options(1024, 4))
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        moved = move_factor((2, 4, 8), 1024, rng)
+        assert moved is not None and np.prod(moved) * (1024 // np.prod(moved)) == 1024
+
+
+def test_canonical_configs_drop_unused_holes_and_keep_constraints():
+    sp = SketchSpace.of(W.matmul(64, 64, 64).outputs)
+    a = sp.space.config(sketch="C:tile", C_tile_i=(2, 2, 4), C_tile_j=(1, 2, 16), C_tile_k=(4,), C_par=1,
+                        C_unroll=16, C_at=2)
+    b = a.replace(C_at=1)
+    assert sp.canonical(a) == sp.canonical(b)  # the plain tiling has no compute location
+    c = sp.space.config(**{**a, "sketch": "C:cache_write", "C_par": 2, "C_at": 1})
+    assert sp.canonical(c)["C_at"] == 2  # cannot be computed outside its own parallel loop
+    assert not sp.space.is_valid(a.replace(C_tile_i=(1, 1, 16), C_tile_j=(1, 1, 64)))  # 1024 accumulators
+
+
+@pytest.mark.parametrize("workload", [
+    W.matmul(24, 40, 20), W.matmul_bias_relu(17, 33, 9), W.conv2d_nchw(1, 3, 9, 7, 4, 3, 3, stride=2, padding=1),
+    W.batch_matmul(2, 12, 20, 8), W.softmax(3, 37)], ids=lambda w: w.name)
+def test_random_annotations_build_correct_kernels(workload):
+    sp = SketchSpace.of(workload.outputs)
+    rng = np.random.default_rng(1)
+    inputs = {t.name: rng.standard_normal(t.shape).astype("float32") for t in workload.inputs}
+    want = reference_outputs(workload.outputs, **inputs)[workload.output.name]
+    for key in sp.sketches:  # one random annotation of every sketch
+        cfg = sp.canonical(next(c for c in sp.space.sample(200, rng) if c["sketch"] == key))
+        kernel = te.build(apply_config(sp, cfg), list(workload.args))
+        check_close(kernel(*[inputs[t.name] for t in workload.inputs]), want, 1e-3, 1e-3)
+
+
+def test_rfactor_sketch_computes_the_reduction():
+    A = te.placeholder((3000,), name="A")
+    k = te.reduce_axis(3000, "k")
+    S = te.compute((1,), lambda i: te.sum(A[k] * A[k], axis=k), name="S")
+    sp = SketchSpace.of(S)
+    cfg = sp.canonical(sp.space.config(sketch="S:rfactor", S_rf=64, S_rfvec=16, S_unroll=0,
+                                       S_vec=sp.space.params[sp.space.names.index("S_vec")].values[0], S_par=0))
+    s = apply_config(sp, cfg)
+    assert s["S.rf"].loops[0].annotation == "parallel" and s["S.rf"].loops[-1].annotation == "vectorize"
+    kernel = te.build(s)
+    a = np.random.default_rng(0).standard_normal(3000).astype("float32")
+    check_close(kernel(a), np.array([np.dot(a.astype("float64"), a)], "float32"), 1e-4, 1e-4)
+
+
+def test_features_describe_the_loop_nest():
+    sp = SketchSpace.of(W.matmul(64, 64, 64).outputs)
+    cfg = sp.space.config(sketch="C:cache_write", C_tile_i=(1, 1, 8), C_tile_j=(1, 1, 32), C_tile_k=(1,),
+                          C_par=1, C_unroll=16, C_at=2)
+    f = dict(zip(FEATURE_NAMES, program_features(apply_config(sp, cfg).lower())))
+    assert f["s0.log_vector"] == pytest.approx(np.log2(33))  # the update is vectorized over j.3 (32)
+    # loads: C.local and B[k, j] contiguous along j, A[i, k] broadcast
+    assert f["s0.vector_store_contiguous"] == 1.0 and f["s0.vector_loads_broadcast"] == pytest.approx(1 / 3)
+    assert f["s0.log_acc_tile"] == pytest.approx(np.log2(8 * 32 + 1))  # 8 x 32 accumulators held across k
+    assert f["s0.log_acc_reuse"] == pytest.approx(np.log2(65))
+    assert f["s0.local_store"] == 1.0 and f["g.log_parallel_chunks"] > 0
+    plain = dict(zip(FEATURE_NAMES, program_features(te.create_schedule(W.matmul(64, 64, 64).outputs).lower())))
+    assert plain["s0.log_vector"] == 0 and plain["g.log_parallel_chunks"] == 0
+
+
+def test_search_proposes_canonical_unique_valid_configs():
+    sp = SketchSpace.of(W.matmul(64, 64, 64).outputs)
+    s = SketchSearch(sp, seed=0, budget=40)
+    seen = set()
+    for _ in range(3):
+        batch = s.ask(8)
+        assert all(sp.canonical(c) == c and sp.space.is_valid(c) for c in batch)
+        assert not seen & set(batch)
+        seen |= set(batch)
+    point = sp.space.to_point(next(iter(seen)))
+    for _ in range(20):
+        child = s.ops.mutate(point)
+        assert child is None or (child != point and sp.space.is_valid(sp.space.to_config(child)))
+
+
+def test_a_wrong_kernel_is_that_candidates_wrong_result():
+    w = W.matmul(16, 16, 16)
+    sp = SketchSpace.of(w.outputs)
+    good = sp.canonical(sp.space.sample(1, 0)[0])
+    other = W.matmul_bias_relu(16, 16, 16)  # relu(A @ B + bias): different numbers, same first arguments
+    bad_sp = SketchSpace.of(other.outputs)
+    bad_build = SketchBuilder(bad_sp, [other.inputs[0], other.inputs[1], other.inputs[2], other.output],
+                              jobs=1).build([bad_sp.canonical(bad_sp.space.sample(1, 0)[0])])[0]
+    builds = SketchBuilder(sp, jobs=1).build([good]) + [BuildResult(good.replace(C_unroll=64), bad_build.artifact)]
+    runner = SketchRunner(CheckSpec.of(w.outputs, list(w.args), "t"), timer=FAST_TIMER)
+    try:
+        ok, wrong = list(runner.run(builds))
+    finally:
+        runner.close()
+    assert ok.ok and ok.extra["steps"]
+    assert wrong.error is ErrorKind.WRONG_RESULT or wrong.error is ErrorKind.CRASHED
+
+
+def test_autoschedule_records_every_trial_and_rebuilds_without_searching(tmp_path):
+    db_path = tmp_path / "records.db"
+    w = W.matmul_bias_relu(32, 32, 32)
+    k = autoschedule(w, budget=6, db=db_path, progress=False, timer=FAST_TIMER, confirm=2, confirm_rounds=2)
+    assert k.trials == 6 and not k.from_db and k.sketch.startswith("C:tile_local")
+    db = Database(db_path)
+    records = db.records(k.workload, Target.cpu())
+    assert len([r for r in records if r.strategy != "confirm"]) == 6
+    assert all("steps" in r.extra for r in records if r.ok)
+    a, b, bias = (np.random.default_rng(3).standard_normal(t.shape).astype("float32") for t in w.inputs)
+    check_close(k(a, b, bias), np.maximum(a @ b + bias, 0), 1e-3, 1e-3)
+    # the schedule replays from its recorded steps
+    replay = te.Schedule.from_steps(k.schedule.outputs, k.steps)
+    check_close(te.build(replay, list(k.kernel.args))(a, b, bias), np.maximum(a @ b + bias, 0), 1e-3, 1e-3)
+    again = autoschedule(W.matmul_bias_relu(32, 32, 32), budget=6, db=db_path, progress=False)
+    assert again.from_db and again.trials == 0 and again.config == k.config
+    assert len(db.records(k.workload, Target.cpu())) == len(records)
+
+
+def test_autoschedule_many_shares_one_budget(tmp_path):
+    ks = autoschedule_many([W.matmul(16, 16, 16), W.transpose(32, 16)], weights=[2.0, 1.0], budget=8,
+                           db=tmp_path / "r.db", policy="round-robin", trials_per_round=2, timer=FAST_TIMER,
+                           confirm=1)
+    assert len(ks) == 2 and ks.allocation.total_trials == 8
+    assert sum(k.trials for k in ks) == 8
+    x = np.random.default_rng(0).standard_normal((32, 16)).astype("float32")
+    check_close(ks[1](x), x.T)
+
+
+def test_bad_inputs_are_clear_errors():
+    with pytest.raises(te.TEError, match="target='cpu'"):
+        autoschedule(W.matmul(8, 8, 8), target="tpu", db=":memory:")
+    with pytest.raises(te.TEError, match="needs tensors"):
+        autoschedule(lambda: 3, db=":memory:")
+    with pytest.raises(ValueError, match="weights"):
+        autoschedule_many([W.matmul(8, 8, 8)], weights=[1.0, 2.0], db=":memory:")
