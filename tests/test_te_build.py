@@ -205,6 +205,10 @@ def random_schedule(w, rnd):
             _try(st.compute_inline)
         elif st.is_reduction and rnd.random() < 0.4:
             _try(s.cache_write, st.name)
+        elif st.is_reduction and rnd.random() < 0.3:
+            r = st.reduce_axis[0].name
+            _try(st.split, r, rnd.choice([2, 3, 4]))
+            _try(s.rfactor, st.name, rnd.choice([f"{r}.0", f"{r}.1"]))
     if rnd.random() < 0.3:
         _try(s.cache_read, w.inputs[0].name, s.consumers(w.inputs[0].name))
     for st in reversed(s.stages):
@@ -294,3 +298,38 @@ def test_checked_runs_in_an_isolated_worker_catch_wrong_kernels(cc):
     assert bad.error is ErrorKind.WRONG_RESULT
     with pytest.raises(CandidateError):
         run_c_candidate(str(wrong), problem, Timer(min_repeats=1, budget_seconds=0), 3)
+
+
+def test_rfactor_parallel_and_vectorized_partial_reductions(cc):
+    A = te.placeholder((3, 250), name="A")
+    k = te.reduce_axis(250, "k")
+    S = te.compute((3,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    M = te.compute((3,), lambda i: te.max(A[i, k], axis=k), name="M")
+    w = W.Computation("rows", (A,), (S, M), 0.0)
+    s = te.create_schedule([S, M])
+    ko, ki = s[S].split("k", 16)  # 250 = 15 * 16 + 10: the partial sums guard their tail
+    SR = s.rfactor(S, ki)
+    s[SR].reorder("i", "k.0", "k.1")
+    s[SR].vectorize("k.1")
+    ko, ki = s[M].split("k", nparts=4)
+    MR = s.rfactor(M, ko)
+    s[MR].parallel("k.0")
+    kernel = te.build(s, w.args, compiler=cc)
+    a = RNG.standard_normal((3, 250)).astype("float32") - 5.0  # all negative: a zero would be a wrong max
+    got_s, got_m = kernel(a)
+    np.testing.assert_allclose(got_s, a.sum(1), rtol=1e-4)
+    np.testing.assert_array_equal(got_m, a.max(1))
+    assert "k.0" in str(s) and s[SR].loop("k.1").kind == "spatial"
+
+
+def test_rfactor_of_one_of_several_reduce_axes(cc):
+    w = W.conv2d_nchw(1, 8, 6, 6, 4, 3, 3, 1, 1)
+    s = te.create_schedule(w.outputs)
+    s.rfactor(w.output, "rc")
+    check(w, s, cc)
+    with pytest.raises(TEError, match="is not a reduction"):
+        s.rfactor("pad", "b")
+    s2 = te.create_schedule(w.outputs)
+    s2[w.output].split("y", 2)
+    with pytest.raises(TEError, match="before any other transformation"):
+        s2.rfactor(w.output, "rc")

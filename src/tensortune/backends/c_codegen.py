@@ -57,9 +57,13 @@ _F64 = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "abs": "fabs
 _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
-def generate_c(func: LoweredFunc, threads: int | None = None) -> str:
+def generate_c(func: LoweredFunc, threads: int | None = None, partition: bool = True) -> str:
     """The C source of `func` (one exported function named `func.name`); parallel loops
-    use `threads` threads (default: OpenMP's, i.e. every core or $OMP_NUM_THREADS)."""
+    use `threads` threads (default: OpenMP's, i.e. every core or $OMP_NUM_THREADS). With
+    `partition`, guarded tails are first split off full tiles (`te.partition`)."""
+    if partition:
+        from ..te.partition import partition_tails
+        func = partition_tails(func)
     return _CodeGen(func, threads).run()
 
 

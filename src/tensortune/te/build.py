@@ -35,7 +35,7 @@ class Kernel:
 
     schedule: Schedule
     args: tuple[Tensor, ...]
-    func: LoweredFunc  # what was compiled: the schedule lowered, guarded tails partitioned off
+    func: LoweredFunc  # the schedule lowered (the C code also splits guarded tails off full tiles)
     source: str
     library: Path
     flags: tuple[str, ...]
@@ -114,10 +114,9 @@ def c_source(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tens
     """The C source `build` would compile (compile it with `CCompiler().compile(source,
     extra_flags=c_codegen.FLAGS)`)."""
     from ..backends.c_codegen import generate_c
-    from .partition import partition_tails
     if not isinstance(schedule, Schedule):
         schedule = Schedule(schedule)
-    return generate_c(partition_tails(schedule.lower(name, args)), threads)
+    return generate_c(schedule.lower(name, args), threads)
 
 
 def build(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tensor] | None = None,
@@ -134,8 +133,7 @@ def build(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tensor]
         raise TEError(f"kernel name {name!r} is not a C identifier")
     from ..backends.c_codegen import FLAGS, generate_c
     from ..backends.c_compiler import CCompiler, load_function
-    from .partition import partition_tails
-    func = partition_tails(schedule.lower(name, args))
+    func = schedule.lower(name, args)
     for b in func.args:
         if math.prod(b.shape) >= 2**31:
             raise TEError(f"tensor {b.name!r} has 2**31 elements or more; indices are 32-bit")

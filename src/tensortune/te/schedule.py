@@ -22,10 +22,10 @@ from typing import Any
 
 from .bound import StageBounds, infer_bounds
 from .dtype import TEError
-from .expr import Expr, TensorRead
-from .state import StageState, inline_reads, reads_of, replace_reads
-from .steps import CacheRead, CacheWrite, Step, steps_from_json, steps_to_json
-from .tensor import ComputeOp, Tensor, compute, graph
+from .expr import Expr
+from .state import StageState, inline_reads, reads_of
+from .steps import Step, steps_from_json, steps_to_json
+from .tensor import Tensor, graph
 
 ANNOTATIONS = ("parallel", "vectorize", "unroll", "none")
 MAX_UNROLL = 512  # iterations of an unrolled loop and of the loops inside it
@@ -235,56 +235,27 @@ class Schedule:
                         break
                     target, loop = t.attach
 
-    # -- stage-creating primitives --
+    # -- stage-creating primitives (see rewrite.py) --
 
     def cache_write(self, tensor: Any, scope: str = "local") -> Tensor:
         """Compute `tensor` into a new stage `<name>.<scope>` (an accumulator to compute
         at a loop of the original stage, which then only copies it out)."""
-        name = _name(tensor)
-        st = self._stage(name, "cache_write")
-        if st.transformed or self._attached_to(name):
-            raise TEError(f"cache_write({name!r}) must come before {name!r} is transformed or has stages "
-                          "computed at it")
-        new_name = self._fresh_name(f"{name}.{scope}")
-
-        def change() -> Tensor:
-            op = ComputeOp(st.axes, st.reduce_axes, st.body, "cache_write")
-            cache = Tensor(new_name, st.tensor.shape, st.tensor.dtype, op)
-            st.body = TensorRead(cache, tuple(st.axes))
-            st.reduce_axes = ()
-            st.reset_loops()
-            self._insert(StageState.of(cache, origin="cache_write"), before=name)
-            return cache
-
-        return self._run(CacheWrite(name, scope), change)
+        from .rewrite import cache_write
+        return cache_write(self, _name(tensor), scope)
 
     def cache_read(self, tensor: Any, readers: Any, scope: str = "local") -> Tensor:
         """Copy `tensor` into a new stage `<name>.<scope>` that `readers` read instead;
         computed at a loop of a reader, the copy is a packed tile."""
-        name = _name(tensor)
-        source = self._stages[name].tensor if name in self._stages else next(
-            (t for t in self.inputs if t.name == name), None)
-        if source is None:
-            raise TEError(f"cache_read: no tensor named {name!r}")
-        if name in self._stages and self._stages[name].inlined:
-            raise TEError(f"cache_read: {name!r} is inlined")
-        reader_names = [_name(r) for r in ([readers] if not isinstance(readers, (list, tuple)) else readers)]
-        if not reader_names:
-            raise TEError("cache_read needs at least one reader")
-        for r in reader_names:
-            rst = self._stage(r, "cache_read reader")
-            if not reads_of(rst.body, source):
-                raise TEError(f"cache_read: {r!r} does not read {name!r} directly")
-        new_name = self._fresh_name(f"{name}.{scope}")
+        from .rewrite import cache_read
+        names = [_name(r) for r in (readers if isinstance(readers, (list, tuple)) else [readers])]
+        return cache_read(self, _name(tensor), names, scope)
 
-        def change() -> Tensor:
-            cache = compute(source.shape, lambda *i: source[i], name=new_name)
-            for r in reader_names:
-                self._stages[r].body = replace_reads(self._stages[r].body, source, cache)
-            self._insert(StageState.of(cache, origin="cache_read"), before=reader_names)
-            return cache
-
-        return self._run(CacheRead(name, tuple(reader_names), scope), change)
+    def rfactor(self, tensor: Any, loop: Any) -> Tensor:
+        """Turn reduction loop `loop` (a reduce axis, or a part of one just split) into a
+        spatial axis of a new stage `<name>.rf` of partial results, which the original
+        stage then reduces: the partial reductions can run in parallel or vectorized."""
+        from .rewrite import rfactor
+        return rfactor(self, _name(tensor), _name(loop))
 
     # -- helpers --
 

@@ -198,7 +198,7 @@ class Stage:
             why = ("iterations would race on the same outputs" if annotation == "parallel"
                    else "it carries the accumulation")
             raise TEError(f"cannot {annotation} reduction loop {name!r} of {self.name!r}: {why}; {annotation} a "
-                          "spatial loop instead (reductions have no rfactor strategy here)")
+                          "spatial loop instead, or make this one spatial with schedule.rfactor")
 
         def change() -> None:
             if annotation == "none":

@@ -129,8 +129,18 @@ class CacheRead(Step):
         return s.cache_read(self.stage, self.readers, self.scope)
 
 
+@dataclass(frozen=True)
+class RFactor(Step):
+    kind: ClassVar[str] = "rfactor"
+    stage: str
+    loop: str
+
+    def apply(self, s: Any) -> Any:
+        return s.rfactor(self.stage, self.loop)
+
+
 STEP_TYPES: dict[str, type[Step]] = {c.kind: c for c in (Split, Fuse, Reorder, Annotate, ComputeAt, ComputeRoot,
-                                                          ComputeInline, CacheWrite, CacheRead)}
+                                                          ComputeInline, CacheWrite, CacheRead, RFactor)}
 
 
 def step_from_json(data: dict[str, Any]) -> Step:
