@@ -12,19 +12,22 @@ stream (a Triton kernel, PyTorch operations, CuPy on the legacy default stream).
 5. returns every run's time in seconds (`MeasureResult` takes the median and spread).
 
 `setup` (if given) runs before every run, outside the timed window, before the flush:
-the GPU runner restores arguments the kernel writes there. With `cuda_graph=True`, a
-batch of calls is captured once in a CUDA graph and each replay is timed (divided by
-the batch), which removes the launch overhead that dominates kernels of a few
-microseconds; the L2 is not flushed inside a replay. With `cooldown`, the GPU idles
-(a spin on the GPU that keeps the launch queue full) for that multiple of the estimated
-run time after each timed run (by default as long as the run itself). Long, power-hungry
-kernels otherwise run the GPU at its power limit, where its clock, and so their time,
-wanders: on an H100, a 4096^3 fp16 matmul's runs varied 1.2% (median absolute deviation
-over median) without it and 0.24% with it and the default 0.1 s warm-up
-(docs/benchmarks/gpu_measure.md). For a quick first pass over many candidates, pass a
-smaller `budget_seconds` and `warmup_seconds` and confirm the near-ties with the default. With `clock="host"` the same
-procedure runs on the host clock (`time.perf_counter` around a synchronised run), for
-CPU tensors and tests. torch is imported only when a timer first runs.
+the GPU runner restores arguments the kernel writes there.
+
+`cooldown` (CUDA clock only): after each timed run the GPU idles, on a spin kernel that
+keeps the launch queue full, for that multiple of the estimated run time (by default as
+long as the run). Long, power-hungry kernels otherwise hold the GPU at its power limit,
+where its clock, and so their time, wanders: on an H100 a 4096^3 fp16 matmul's runs
+spread 1.2% (median absolute deviation over median) without it and 0.24% with it and
+the default 0.1 s warm-up (docs/benchmarks/gpu_measure.md). For a quick first pass over
+many candidates, pass a smaller `budget_seconds` and `warmup_seconds`, and confirm the
+near-ties with the default.
+
+With `cuda_graph=True`, a batch of calls is captured once in a CUDA graph and each replay
+is timed (divided by the batch), which removes the launch overhead that dominates
+kernels of a few microseconds; the L2 is not flushed inside a replay. With
+`clock="host"` the same procedure runs on the host clock (`time.perf_counter` around a
+synchronised run), for CPU tensors and tests. torch is imported only when a timer runs.
 
 Example (on a machine with a CUDA GPU):
     >>> import torch
@@ -91,7 +94,7 @@ class CudaTimer:
             return tuple(estimate_runs)
         if self.cuda_graph:
             return self._time_graph(clock, fn, prepare, estimate)
-        idle = self.cooldown * estimate
+        idle = self.cooldown * estimate if clock.cools else 0.0
         per_run = estimate + idle
         warmup = min(self.max_repeats, int(self.warmup_seconds / per_run))
         if warmup > 0:
@@ -132,6 +135,8 @@ def _timed_runs(clock: "_Clock", fn: Callable[[], object], prepare: Callable[[],
 
 class _Clock:
     """Where times come from; one per `time()` call."""
+
+    cools = True  # whether `cooldown` applies (a GPU's power limit; not the host's)
 
     def synchronize(self) -> None:
         raise NotImplementedError
@@ -215,6 +220,8 @@ def _cycles_per_second(device: int) -> float:
 
 class _HostClock(_Clock):
     """perf_counter around runs; synchronises CUDA when torch has initialised it."""
+
+    cools = False
 
     def __init__(self) -> None:
         import sys

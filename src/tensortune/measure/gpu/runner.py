@@ -228,6 +228,18 @@ class GpuRunner:
         return reply["confirmation"]
 
     # -- lifetime ------------------------------------------------------------------------
+    def set_task(self, task: GpuTask) -> None:
+        """Measure another task (other shapes, another kernel) with the same workers.
+
+        Each worker makes the new task's arguments on its next candidate and frees the old.
+        """
+        with self._lock:
+            self.task = task
+            self._best = float("inf")
+            self._by_binary.clear()
+        for s in self._slots:
+            s.ready = False
+
     @property
     def restarts(self) -> int:
         """How many times a worker was restarted after a crash, hang or poisoned context."""
