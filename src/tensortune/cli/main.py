@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from .bench_cmd import bench_group
 from .db_cmd import db_group
 from .demo_cmd import demo
 from .triton_cmd import triton_group
@@ -24,6 +25,7 @@ cli.add_command(demo)
 cli.add_command(db_group)
 # Subcommand groups of later capabilities register here, one line each.
 cli.add_command(triton_group)
+cli.add_command(bench_group)
 
 
 def main() -> None:

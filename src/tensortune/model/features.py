@@ -2,7 +2,7 @@
 
 Features are named, so models trained on one space can score another that shares
 parameter names (a new shape, a new device). Per parameter a lookup table holds each
-choice's value (numbers as they are, other values by their index) and its log2 when
+choice's value (numbers as they are, other values as a stable hash) and its log2 when
 the values are positive numbers; pairwise products of numeric parameters follow (the
 number of threads of a block is `block_x * block_y`, which trees cannot multiply).
 Numeric entries of the workload key (shapes) are constant columns; other entries
@@ -13,8 +13,11 @@ Example:
     >>> fx = FeatureExtractor(Space({"bx": [16, 32], "by": [1, 2, 4], "order": ["ij", "ji"]}))
     >>> fx.names
     ['bx', 'log2.bx', 'by', 'log2.by', 'order', 'bx*by']
-    >>> fx.points([(1, 2, 0)]).tolist()
-    [[32.0, 5.0, 4.0, 2.0, 0.0, 128.0]]
+    >>> row = fx.points([(1, 2, 0)])[0]
+    >>> row[[0, 1, 2, 3, 5]].tolist()
+    [32.0, 5.0, 4.0, 2.0, 128.0]
+    >>> bool((fx.foreign([{"bx": 32, "by": 4, "order": "ij"}]) == row).all())
+    True
 """
 
 from __future__ import annotations
@@ -40,8 +43,36 @@ def _number(v: Any) -> float | None:
 
 
 def stable_hash(value: Any) -> float:
-    """A number for a non-numeric value, equal in every process."""
+    """A number for a non-numeric value, equal in every process (exact in float32)."""
     return float(int(hashlib.sha256(repr(value).encode()).hexdigest()[:6], 16))
+
+
+def _value(v: Any) -> float:
+    x = _number(v)
+    return x if x is not None else stable_hash(v)
+
+
+def named_features(names: Sequence[str], config: Mapping[str, Any],
+                   workload_key: Mapping[str, Any] | None = None) -> np.ndarray:
+    """The features called `names` of any configuration, by name (NaN where unknown):
+    how records of other spaces (other shapes, devices) are scored by one model."""
+    key = workload_key or {}
+    out = np.full(len(names), np.nan)
+    for j, name in enumerate(names):
+        if name.startswith("workload."):
+            if name[9:] in key:
+                out[j] = _value(key[name[9:]])
+        elif name.startswith("log2."):
+            x = _number(config.get(name[5:]))
+            if x is not None and x > 0:
+                out[j] = math.log2(x)
+        elif "*" in name:
+            a, b = (_number(config.get(n)) for n in name.split("*", 1))
+            if a is not None and b is not None:
+                out[j] = a * b
+        elif name in config:
+            out[j] = _value(config[name])
+    return out
 
 
 class FeatureExtractor:
@@ -69,7 +100,7 @@ class FeatureExtractor:
                         cols.append([math.log2(x) for x in nums])  # type: ignore[arg-type]
                         col_names.append(f"log2.{name}")
                 else:
-                    cols.append([float(i) for i in range(len(p))])
+                    cols.append([stable_hash(v) for v in values])
                     col_names.append(name)
             tables.append(np.asarray(cols, dtype=np.float64).T.reshape(len(p), len(cols)))
             names.extend(col_names)
@@ -83,10 +114,7 @@ class FeatureExtractor:
                     nb, kb, cb = numeric_cols[b]
                     self._pairs.append((ka, ca, kb, cb))
                     names.append(f"{na}*{nb}")
-        self._workload_values = [
-            (f"workload.{k}", _number(v) if _number(v) is not None else stable_hash(v))
-            for k, v in sorted(self.workload_key.items())
-        ]
+        self._workload_values = [(f"workload.{k}", _value(v)) for k, v in sorted(self.workload_key.items())]
         names.extend(n for n, _ in self._workload_values)
         self.names: list[str] = names
 
@@ -108,6 +136,12 @@ class FeatureExtractor:
 
     def configs(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
         return self.points([self.space.to_point(c) for c in configs])
+
+    def foreign(self, configs: Sequence[Mapping[str, Any]],
+                workload_key: Mapping[str, Any] | None = None) -> np.ndarray:
+        """Rows for configurations of another space or workload, matched by feature name."""
+        return np.stack([named_features(self.names, c, workload_key) for c in configs]) \
+            if configs else np.zeros((0, self.width))
 
     def __call__(self, config: Config) -> np.ndarray:
         return self.configs([config])[0]

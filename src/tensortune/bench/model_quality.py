@@ -1,0 +1,70 @@
+"""How well the cost model ranks a measured space it saw only part of.
+
+For each of several random splits, the model is trained on `train_fraction` of a
+dataset's configurations (failures included, as the search would see them) and scores
+the rest. Reported, averaged over splits: Kendall's tau between scores and true speed
+on the successful held-out configurations, and the top-1 / top-5 error: how much slower
+(in percent) the best of the model's k highest-scored held-out configurations is than
+the best held-out configuration.
+
+Example:
+    >>> r = evaluate_model("../shared/datasets/kernel_tuner/pnpoly-RTX_3090.json.gz", splits=1)
+    >>> r.kendall_tau > 0.5
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..datasets import load_kernel_tuner_cache
+from ..model import FeatureExtractor, XGBParams, XGBRankModel, kendall_tau, top_k_error
+
+
+@dataclass(frozen=True)
+class ModelQuality:
+    dataset: str
+    train_fraction: float
+    splits: int
+    kendall_tau: float
+    top1_error_pct: float
+    top5_error_pct: float
+    fit_seconds: float
+    train_rows: int
+
+    def to_json(self) -> dict[str, float]:
+        d = asdict(self)
+        d.pop("dataset")
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()}
+
+
+def evaluate_model(path: str | os.PathLike[str], train_fraction: float = 0.1, splits: int = 5,
+                   seed: int = 0, params: XGBParams | None = None) -> ModelQuality:
+    """Train on a random `train_fraction` of the dataset, score the rest; average over splits."""
+    if not 0 < train_fraction < 1:
+        raise ValueError(f"train fraction must be between 0 and 1, got {train_fraction}")
+    ds = load_kernel_tuner_cache(path)
+    fx = FeatureExtractor(ds.space)
+    configs = list(ds.results)
+    times = np.asarray([ds.results[c].time for c in configs])
+    X = fx.configs(configs)
+    n_train = max(2, int(round(train_fraction * len(configs))))
+    taus, top1, top5, fit = [], [], [], []
+    for split in range(splits):
+        order = np.random.default_rng(seed + split).permutation(len(configs))
+        train, test = order[:n_train], order[n_train:]
+        model = XGBRankModel(params, seed=seed + split, feature_names=fx.names)
+        start = time.perf_counter()
+        model.fit(X[train], times[train])
+        fit.append(time.perf_counter() - start)
+        scores = model.predict(X[test])
+        ok = np.isfinite(times[test])
+        taus.append(kendall_tau(scores[ok], -times[test][ok]))
+        top1.append(top_k_error(scores, times[test], 1))
+        top5.append(top_k_error(scores, times[test], 5))
+    return ModelQuality(ds.name, train_fraction, splits, float(np.mean(taus)), float(np.mean(top1)),
+                        float(np.mean(top5)), float(np.mean(fit)), n_train)

@@ -1,0 +1,176 @@
+"""`tensortune bench ...`: compare search strategies and the cost model on measured spaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from .common import print_json
+
+console = Console(stderr=True)
+
+# Optuna 5.0's TPE on the six Kernel Tuner spaces of ../shared/datasets (mean over the six;
+# 20 fresh runs per budget), as published in the issue that set the targets.
+PUBLISHED_TPE_MEAN = {"20": 0.809, "50": 0.896, "100": 0.946, "200": 0.973}
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise click.BadParameter(f"budgets must be positive integers, got {text!r}")
+    return values
+
+
+def _dataset_paths(datasets: tuple[str, ...]) -> list[str]:
+    from ..datasets import find_datasets
+
+    paths: list[str] = []
+    for d in datasets:
+        p = Path(d)
+        if p.is_dir():
+            paths += [str(x) for x in find_datasets(p)]
+        elif p.exists():
+            paths.append(str(p))
+        else:
+            raise click.BadParameter(f"no such file or folder: {d}", param_hint="--dataset")
+    if not paths:
+        raise click.BadParameter("no Kernel Tuner cache found", param_hint="--dataset")
+    return paths
+
+
+@click.group("bench")
+def bench_group() -> None:
+    """Benchmarks on replayed measured spaces (Kernel Tuner caches)."""
+
+
+@bench_group.command("strategies")
+@click.option("--dataset", "datasets", multiple=True, required=True,
+              help="A Kernel Tuner cache (.json/.json.gz) or a folder of them; repeatable.")
+@click.argument("more", nargs=-1, type=click.Path())
+@click.option("--budgets", default="20,50,100,200", show_default=True, help="Measurement budgets.")
+@click.option("--repeats", default=20, show_default=True, help="Fresh runs per budget (seeds 0..N-1).")
+@click.option("--strategies", default="auto,random", show_default=True,
+              help="Comma-separated strategies; random is always added as the baseline. "
+                   "NAME=N runs that strategy N repeats only.")
+@click.option("--jobs", default=max(1, (os.cpu_count() or 1)), show_default=True,
+              help="Worker processes.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
+              help="Write dataset -> strategy -> budget -> {mean, p10} here.")
+@click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None,
+              help="Write the curves as PNG (default: next to --json).")
+def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: str, repeats: int,
+                     strategies: str, jobs: int, json_out: str | None, plot_out: str | None) -> None:
+    """Score strategies by t_opt / t_best_found after N measurements (1.0 = optimum found).
+
+    Each (dataset, strategy, budget, repeat) is a fresh tuning run with the Tuner and a
+    replay runner; failed configurations count as measurements.
+    """
+    from ..bench.plot import plot_curves
+    from ..bench.replay import mean_over_datasets, run_many, summarize
+    from ..search import strategy_names
+
+    paths = _dataset_paths(datasets + more)
+    budget_list = _int_list(budgets)
+    names: list[str] = []
+    reps: dict[str, int] = {}
+    for item in strategies.split(","):
+        name, _, count = item.strip().partition("=")
+        if not name:
+            continue
+        if name not in strategy_names():
+            raise click.BadParameter(f"unknown strategy {name!r}; known: {', '.join(strategy_names())}")
+        names.append(name)
+        reps[name] = int(count) if count else repeats
+    if "random" not in names:
+        names.append("random")
+        reps["random"] = repeats
+    total = sum(len(paths) * len(budget_list) * reps[n] for n in names)
+    console.print(f"{total} runs: {len(paths)} datasets x {names} x budgets {budget_list}; {jobs} jobs")
+    start = time.perf_counter()
+    done = [0]
+
+    def progress(_r: object) -> None:
+        done[0] += 1
+        if done[0] % max(1, total // 20) == 0:
+            console.print(f"  {done[0]}/{total} runs, {time.perf_counter() - start:.0f} s")
+
+    results = run_many(paths, names, budget_list, reps, jobs=jobs, on_result=progress)
+    summary = summarize(results)
+    means = mean_over_datasets(summary)
+    _print_tables(summary, means, budget_list)
+    console.print(f"{len(results)} runs in {time.perf_counter() - start:.0f} s")
+    if json_out:
+        payload = {"datasets": summary, "mean": means, "budgets": budget_list,
+                   "repeats": reps, "wall_seconds": round(time.perf_counter() - start, 1)}
+        with open(json_out, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=2)
+        plot_out = plot_out or str(Path(json_out).with_suffix(".png"))
+    if plot_out:
+        plot_curves(summary, plot_out, {"optuna_tpe (published)": PUBLISHED_TPE_MEAN})
+        console.print(f"plot: {plot_out}")
+
+
+def _print_tables(summary: dict, means: dict, budgets: list[int]) -> None:
+    out = Console()
+    table = Table(title="mean (p10) of t_opt / t_best over repeats")
+    table.add_column("dataset")
+    table.add_column("strategy")
+    for b in budgets:
+        table.add_column(f"N={b}", justify="right")
+    for ds, per_strategy in summary.items():
+        for st, per_budget in per_strategy.items():
+            cells = [f"{per_budget[str(b)]['mean']:.3f} ({per_budget[str(b)]['p10']:.3f})"
+                     if str(b) in per_budget else "-" for b in budgets]
+            table.add_row(ds, st, *cells)
+    for st, per_budget in means.items():
+        table.add_row("[bold]mean over datasets", st, *[f"{per_budget.get(str(b), float('nan')):.3f}"
+                                                         for b in budgets])
+    out.print(table)
+
+
+@bench_group.command("model")
+@click.option("--dataset", "datasets", multiple=True, required=True,
+              help="A Kernel Tuner cache (.json/.json.gz) or a folder of them; repeatable.")
+@click.argument("more", nargs=-1, type=click.Path())
+@click.option("--train-fraction", default=0.1, show_default=True, help="Share of the space trained on.")
+@click.option("--splits", default=5, show_default=True, help="Random splits averaged over.")
+@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
+              help="Write dataset -> {kendall_tau, top1_error_pct, top5_error_pct} here.")
+@click.option("--print-json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction: float, splits: int,
+                json_out: str | None, as_json: bool) -> None:
+    """Rank quality of the cost model on the configurations it was not trained on."""
+    from ..bench.model_quality import evaluate_model
+
+    if not 0 < train_fraction < 1:
+        raise click.BadParameter("must be between 0 and 1", param_hint="--train-fraction")
+    results = {}
+    for path in _dataset_paths(datasets + more):
+        q = evaluate_model(path, train_fraction, splits)
+        results[q.dataset] = q.to_json()
+    if len(results) > 1:
+        keys = ("kendall_tau", "top1_error_pct", "top5_error_pct")
+        results["mean"] = {k: round(sum(r[k] for r in results.values()) / len(results), 4) for k in keys}
+    if json_out:
+        with open(json_out, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+    if as_json:
+        print_json(results)
+        return
+    table = Table(title=f"cost model trained on {train_fraction:.0%} of each space ({splits} splits)")
+    for col in ("dataset", "Kendall tau", "top-1 error", "top-5 error", "fit"):
+        table.add_column(col, justify="left" if col == "dataset" else "right")
+    for name, r in results.items():
+        fit = f"{r['fit_seconds'] * 1000:.0f} ms" if "fit_seconds" in r else ""
+        table.add_row(name, f"{r['kendall_tau']:.3f}", f"{r['top1_error_pct']:.2f}%",
+                      f"{r['top5_error_pct']:.2f}%", fit)
+    Console().print(table)
