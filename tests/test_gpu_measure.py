@@ -220,25 +220,29 @@ def test_in_place_kernels_are_restored_and_first_config_is_the_reference():
         assert runner.restarts == 0
 
 
-def test_duplicate_binaries_are_measured_once_and_failed_builds_pass_through():
+def test_duplicate_binaries_are_measured_once_across_two_workers():
     class Bin:
         def __init__(self, d):
             self.binary_digest = d
     builds = [BuildResult(Config(fault="none", k=1), Bin("aa")), BuildResult(Config(fault="none", k=2), Bin("aa")),
-              BuildResult(Config(fault="none", k=3), None, ErrorKind.COMPILE_ERROR, "ptxas said no")]
-    with GpuRunner(fake_task(), timeout=30) as runner:
+              BuildResult(Config(fault="none", k=3), None, ErrorKind.COMPILE_ERROR, "ptxas said no"),
+              BuildResult(Config(fault="none", k=4, sleep=0.05), Bin("bb")),
+              BuildResult(Config(fault="none", k=5, sleep=0.05), Bin("cc"))]
+    with GpuRunner(fake_task(), devices=[0, 1], timeout=30) as runner:
         results = {r.config["k"]: r for r in runner.run(iter(builds))}
     assert results[1].ok and results[2].ok and results[2].times == results[1].times
     assert results[2].extra["duplicate_of"] == Config(fault="none", k=1).to_json()
     assert results[3].error is ErrorKind.COMPILE_ERROR
+    assert {r.extra["device"] for r in results.values() if r.ok} == {"gpu0", "gpu1"}
 
 
 def test_confirm_in_worker_and_broken_task_is_a_clear_error():
     timer = CudaTimer(clock="host", budget_seconds=0.01, warmup_seconds=0.0, min_repeats=3)
-    with GpuRunner(fake_task(timer=timer), timeout=30) as runner:
+    with GpuRunner(fake_task(timer=timer), timeout=30, cutoff_factor=3.0) as runner:
         rs = list(runner.run([BuildResult(Config(fault="none", sleep=s)) for s in (0.0, 0.0005, 0.02)]))
         confirmation = runner.confirm(rs, within=1e6, rounds=3)
     best = min(rs, key=lambda r: r.time)
+    assert len(rs[2].times) == 5  # cut off after the estimate: more than 3x slower than the best
     assert confirmation.winner == best.config == Config(fault="none", sleep=0.0)
     assert len(confirmation.medians) == 3 and 0 < confirmation.confidence <= 1
     rec = confirmed_result(best, confirmation)
