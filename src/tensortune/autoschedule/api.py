@@ -43,6 +43,7 @@ from .search import SketchSearch
 from .sketch import RULES_VERSION
 
 TARGETS = ("cpu", "c", "llvm")
+GPU_TARGETS = ("cuda", "gpu")
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,8 @@ def _open_db(db: Any) -> Database:
 
 def _check_target(target: str) -> None:
     if target not in TARGETS:
-        raise TEError(f"autoschedule supports target='cpu' (C with OpenMP for this machine), got {target!r}")
+        raise TEError(f"autoschedule supports target='cpu' (C with OpenMP for this machine) and target='cuda' "
+                      f"(Triton kernels), got {target!r}")
 
 
 def recorded_best(db: Database, workload: Workload, target: Target):
@@ -245,7 +247,7 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
                  db: Database | str | os.PathLike[str] | None = None, *, args: Sequence[Tensor] | None = None,
                  name: str | None = None, strategy: str = "evolutionary", seed: int = 0, jobs: int = 2,
                  retune: bool = False, confirm: int = 4, confirm_rounds: int = 5, progress: bool | None = None,
-                 timer: Timer | None = None) -> ScheduledKernel:
+                 timer: Timer | None = None, **gpu_options: Any) -> ScheduledKernel:
     """Search for a fast schedule of the expressions and return it compiled and verified.
 
     `outputs_or_function`: output tensor(s), a `te.workloads` computation, or a function
@@ -253,7 +255,15 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
     trials). With records of these expressions in `db`, the recorded winner is rebuilt
     without searching, unless `retune` (then the search resumes from the records).
     `strategy`: "evolutionary" (cost-model guided) or any registered strategy name.
+    `target="cuda"` hands the graph to the GPU auto-scheduler (`backends.triton`), with
+    `gpu_options` passed on.
     """
+    if target in GPU_TARGETS:
+        from ..backends.triton import autoschedule_cuda
+        return autoschedule_cuda(outputs_or_function, budget=64 if budget is None else budget, db=db, seed=seed,
+                                 retune=retune, progress=_progress(progress), **gpu_options)
+    if gpu_options:
+        raise TEError(f"unknown option(s) {sorted(gpu_options)} for target {target!r}")
     _check_target(target)
     problem = Problem.of(outputs_or_function, args, name)
     database = _open_db(db)

@@ -30,7 +30,9 @@ from ..search.points import Point, PointOps
 from ..te.dtype import TEError
 from .apply import apply_config
 from .features import FEATURE_NAMES, program_features
-from .holes import SketchSpace
+from .tiles import move_factor
+from .holes import SketchSpace, hole
+from .seeds import register_tile_seeds
 
 MUTATION_WEIGHTS = {"tile": 0.85, "par": 0.05, "unroll": 0.05, "at": 0.05}
 
@@ -72,21 +74,8 @@ class SketchPointOps(PointOps):
         super().__init__(sp.space, rng, tries)
         self.sp = sp
         self._index = {p.name: k for k, p in enumerate(sp.space.params)}
-        self._extent = {}
-        for holes in sp.holes.values():
-            for h in holes:
-                if "_tile_" in h.name:
-                    stage, axis = self._tile_axis(h.name)
-                    self._extent[h.name] = next(a.extent for a in sp.graph[stage].spatial + sp.graph[stage].reduce
-                                                if a.name == axis)
-
-    def _tile_axis(self, name: str) -> tuple[str, str]:
-        for stage in self.sp.graph:
-            for a in self.sp.graph[stage].spatial + self.sp.graph[stage].reduce:
-                from .holes import hole
-                if hole(stage, f"tile_{a.name}") == name:
-                    return stage, a.name
-        raise KeyError(name)
+        self._extent = {hole(stage, f"tile_{a.name}"): a.extent
+                        for stage in sp.graph for a in sp.graph[stage].spatial + sp.graph[stage].reduce}
 
     def mutate(self, point: Point, genes: int = 1) -> Point | None:
         config = self.space.to_config(point)
@@ -104,12 +93,11 @@ class SketchPointOps(PointOps):
                 name = groups[kind][int(self.rng.integers(len(groups[kind])))]
                 k = self._index[name]
                 param = self.space.params[k]
-                if kind == "tile":
-                    from .tiles import move_factor
-                    cur = param.values[new[k]]
-                    moved = move_factor(tuple(cur), self._extent[name], self.rng) if name in self._extent else None
-                    idx = param._index.get(repr(moved)) if moved is not None else None
-                    new[k] = idx if idx is not None else self._step(k, new[k])
+                moved = None
+                if kind == "tile" and name in self._extent:
+                    moved = move_factor(tuple(param.values[new[k]]), self._extent[name], self.rng)
+                if moved is not None and moved in param.values:
+                    new[k] = param.values.index(moved)
                 else:
                     new[k] = self._step(k, new[k])
             cand = tuple(new)
@@ -130,7 +118,7 @@ class SketchSearch(EvolutionarySearch):
     name = "sketch-evolutionary"
 
     def __init__(self, sp: SketchSpace, seed: int | None = None, budget: int | None = None, *,
-                 cores: int = 2, population: int = 128, **options) -> None:
+                 cores: int = 2, population: int = 128, seeds: bool = True, **options) -> None:
         features = ProgramFeatures(sp, cores)
         options.setdefault("cost_model", XGBRankModel(seed=seed, feature_names=features.names))
         super().__init__(sp.space, seed, budget, population=population, **options)
@@ -138,9 +126,16 @@ class SketchSearch(EvolutionarySearch):
         self.features = features
         self.ops = SketchPointOps(sp, self.rng)
         self._proposed: set[Config] = set()
+        self._seeds = register_tile_seeds(sp) if seeds else []
 
     def ask(self, n: int) -> list[Config]:
         out: list[Config] = []
+        while self._seeds and len(out) < n:
+            cfg = self._seeds.pop(0)
+            if cfg not in self._proposed and cfg not in self.seen:
+                self._proposed.add(cfg)
+                self.propose(cfg)
+                out.append(cfg)
         for _ in range(32):
             if len(out) >= n:
                 break

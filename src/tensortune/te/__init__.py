@@ -30,6 +30,7 @@ from .parse import parse
 from .schedule import Loop, Schedule, Stage, create_schedule
 from .steps import Step, steps_from_json, steps_to_json
 from .tensor import Tensor, compute, graph, placeholder, placeholders
+from ..autoschedule.entry import autoschedule, autoschedule_many  # noqa: E402  (imports the search on first call)
 
 __all__ = [
     "AccessInfo", "LoopInfo", "StoreInfo", "c_source", "loop_nest_info", "lower", "Expr", "IterVar", "Kernel", "Loop", "LoweredFunc", "Schedule", "Stage", "Step", "TEError", "Tensor", "Var",
