@@ -1,9 +1,12 @@
 """A hand-written schedule for a float32 matmul, against the default schedule and numpy.
 
 The computation is written once; the schedule says how it runs:
-  cache_write  accumulate each output tile in a local buffer (registers, once unrolled)
-  tile, fuse   MR x NR output tiles, all of them one parallel loop
-  compute_at   the accumulator computed inside each tile, k outermost in it
+  cache_write  accumulate each MR x NR output tile in a local buffer (registers, once
+               its rows are unrolled and its columns vectorized)
+  cache_read   pack the NR-column panel of B that a column of tiles reads (contiguous)
+  tile         MR x NR output tiles; column panels outermost, in parallel
+  compute_at   the packed panel once per column panel, the accumulator once per tile,
+               k outermost inside it
   unroll       the MR rows of the register tile
   vectorize    the NR columns (a constant extent, a multiple of 16 floats)
 
@@ -35,11 +38,14 @@ def matmul(n: int):
 def hand_schedule(A, B, C, mr: int = 8, nr: int = 32) -> te.Schedule:
     s = te.create_schedule(C)
     CL = s.cache_write(C)  # C.local: the accumulator tile; C copies it out
+    BP = s.cache_read(B, [CL])  # B.local: the packed panel C.local reads
     io, jo, ii, ji = s[C].tile("i", "j", mr, nr)
-    tiles = s[C].fuse(io, jo)
-    s[C].parallel(tiles)
+    s[C].reorder(jo, io)  # a panel of B serves a whole column of tiles
+    s[C].parallel(jo)
     s[C].vectorize(ji)
-    s[CL].compute_at(s[C], tiles)  # C.local covers one MR x NR tile
+    s[CL].compute_at(s[C], io)  # C.local covers one MR x NR tile
+    s[BP].compute_at(s[C], jo)  # B.local: K x NR, contiguous (its reader C.local runs inside jo)
+    s[BP].vectorize(s[BP].loops[-1])
     s[CL].reorder("k", "i", "j")  # k outside: the tile stays in registers across k
     s[CL].unroll("i")
     s[CL].vectorize("j")

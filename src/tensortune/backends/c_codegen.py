@@ -31,7 +31,11 @@ from ..te.lower import normalize_index
 from ..te.visit import walk
 
 FLAGS = ("-ffp-contract=fast", "-fno-math-errno")  # FMA contraction is off by default under -std=c11
-STACK_LIMIT = 1 << 20  # local tiles larger than this go to the heap
+# Local tiles up to this many bytes are stack arrays (GCC promotes small ones to
+# registers); larger ones are heap buffers behind restrict pointers: a 128 KiB packed
+# panel on the stack kept GCC 12 from promoting the accumulator tile next to it
+# (vfmadd on memory operands, about 2x slower), on the heap it did not.
+STACK_LIMIT = 4096
 
 _C_KEYWORDS = set("""auto break case char const continue default do double else enum extern float for goto if
 inline int long register restrict return short signed sizeof static struct switch typedef union unsigned void

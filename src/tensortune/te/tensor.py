@@ -176,7 +176,7 @@ def _check_reads(name: str, e: Expr, guarded: bool) -> None:
             if outside or (not guarded and (r[0] < 0 or r[1] >= extent)):
                 raise TEError(f"compute {name!r}: index {ix} of {e.tensor.name} (dimension {d}) ranges over "
                               f"[{r[0]}, {r[1]}] but the extent is {extent}; guard it with te.select or "
-                              "te.pad")
+                              "te.workloads.pad")
     for c in children(e):
         _check_reads(name, c, guarded)
 
