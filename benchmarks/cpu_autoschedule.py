@@ -186,7 +186,7 @@ def time_all(names, args, db_path) -> dict:
                 rounds[label].append(statistics.median(timer.time(contenders[label])))
         medians = {k: statistics.median(v) for k, v in rounds.items()}
         report[name] = {
-            "title": b.name, "flops": comp.flops, "load_before": round(load_before, 2),
+            "title": b.name if not args.quick else f"{name} (quick: {dict(comp.key)})", "flops": comp.flops, "load_before": round(load_before, 2),
             "load_after": round(os.getloadavg()[0], 2), "trials": trials_of,
             "median_seconds": medians, "rounds_seconds": rounds,
             "gflops": {k: comp.flops / v / 1e9 for k, v in medians.items()},
@@ -218,7 +218,7 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=300)
     p.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds")
     p.add_argument("--seconds", type=float, default=0.3, help="timing budget per contender per round")
-    p.add_argument("--db", default=str(ROOT / "benchmarks" / "cpu_autoschedule.db"))
+    p.add_argument("--db", default=str(Path.home() / ".cache" / "tensortune" / "benchmarks" / "cpu_autoschedule.db"))
     p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks" / "cpu.json"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--retune", action="store_true", help="search on even when the database has records")
@@ -235,6 +235,7 @@ def main() -> None:
     unknown = [n for n in names if n not in BENCHES]
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown}; known: {', '.join(BENCHES)}")
+    Path(args.db).parent.mkdir(parents=True, exist_ok=True)
     out_path = Path(args.out)
     previous = json.loads(out_path.read_text()) if out_path.exists() else {}
     tuned = previous.get("tune", {})

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -120,24 +121,30 @@ class SketchBuilder:
                 continue
             sources[k] = (src, tuple(s.to_json()), time.perf_counter() - start)
 
-        def compile_one(k: int) -> BuildResult:
-            src, steps, prep = sources[k]
+        texts = sorted({src for src, _, _ in sources.values()})  # each distinct source compiled once
+
+        def compile_source(src: str) -> tuple[str, Any, float]:
             start = time.perf_counter()
             try:
-                lib = self.compiler.compile(src, {}, FLAGS)
+                return "ok", str(self.compiler.compile(src, {}, FLAGS)), time.perf_counter() - start
             except CandidateError as exc:
-                return BuildResult(configs[k], None, exc.kind, str(exc), prep + time.perf_counter() - start)
-            digest = hashlib.sha256(src.encode()).hexdigest()[:16]
-            return BuildResult(configs[k], Candidate(str(lib), self.function, steps, digest), None, "",
-                               prep + time.perf_counter() - start)
+                return "error", (exc.kind, str(exc)), time.perf_counter() - start
+            except Exception as exc:  # noqa: BLE001 - a build's failure belongs to its candidate
+                return "error", (ErrorKind.COMPILE_ERROR, f"{type(exc).__name__}: {exc}"), time.perf_counter() - start
 
-        if self.jobs > 1 and len(sources) > 1:
+        if self.jobs > 1 and len(texts) > 1:
             with ThreadPoolExecutor(self.jobs) as pool:
-                for k, r in zip(sources, pool.map(compile_one, list(sources))):
-                    results[k] = r
+                compiled = dict(zip(texts, pool.map(compile_source, texts)))
         else:
-            for k in sources:
-                results[k] = compile_one(k)
+            compiled = {src: compile_source(src) for src in texts}
+        for k, (src, steps, prep) in sources.items():
+            status, payload, seconds = compiled[src]
+            if status == "ok":
+                digest = hashlib.sha256(src.encode()).hexdigest()[:16]
+                results[k] = BuildResult(configs[k], Candidate(payload, self.function, steps, digest), None, "",
+                                         prep + seconds)
+            else:
+                results[k] = BuildResult(configs[k], None, payload[0], payload[1], prep + seconds)
         return [results[k] for k in range(len(configs))]
 
 

@@ -107,4 +107,4 @@ def _closest(options, want: int, extent: int):
     plain = [t for t in options if t[:-1] == (1,) * (len(t) - 1)]
     if not plain:
         return None
-    return min(plain, key=lambda t: (abs(t[-1] - want), extent % t[-1] != 0))
+    return min(plain, key=lambda t: (extent % t[-1] != 0, abs(t[-1] - want)))
