@@ -158,6 +158,7 @@ def phase_tensortune(opts):
             "errors": sorted({str(r.error) for r in history if not r.ok}),
             "strategy": tuning.final.extra.get("strategy"), "confidence": tuning.final.extra.get("confidence"),
             "compile_seconds_total": round(sum(r.compile_seconds for r in history), 2),
+            "measure_seconds_total": round(sum(r.run_seconds for r in history), 2),
             "isolated": any("device" in r.extra for r in history)}
 
 
@@ -259,6 +260,45 @@ def phase_second(opts):
     return out
 
 
+def replay(opts):
+    """Replay the exhaustive measurements of a run (--replay DB) to score strategies at a
+    budget over many seeds, on the CPU: best found / grid best (1.0 = the best found)."""
+    from tensortune.db import Database, Target
+    from tensortune.measure import MeasureResult
+    from tensortune.space import Config
+    from tensortune.frontends.triton.configs import space_of_triton_configs
+    from tensortune.tuner import Tuner
+
+    db = Database(opts.replay)
+    space, _ = space_of_triton_configs(configs(opts.grid))
+    rows = {}
+    for w, n, _ in db.workloads():
+        recs = [r for r in db.records(w) if not r.extra.get("final")]
+        if not recs:
+            continue
+        table = {r.config: r.to_result() for r in recs}
+        best = min(r.time for r in table.values())
+        shape = "x".join(str(w.key[k]) for k in ("M", "N", "K"))
+
+        class Replay:
+            def run(self, builds):
+                for b in builds:
+                    r = table.get(b.config) or MeasureResult.failed(b.config, "invalid", "not measured")
+                    yield MeasureResult(b.config, r.times, r.error, r.message)
+
+        for strategy in opts.strategies:
+            scores = []
+            for seed in range(opts.repeats):
+                result = Tuner(space, Replay(), workload=w, target=Target.make("replay", "x"), db=None,
+                               strategy=strategy, budget=opts.budget_run, seed=seed, batch_size=8,
+                               progress=False).run()
+                scores.append(best / result.best_time)
+            rows.setdefault(shape, {})[strategy] = {"mean": statistics.mean(scores), "min": min(scores),
+                                                    "within_2pct": sum(s >= 1 / 1.02 for s in scores) / len(scores)}
+    print(json.dumps(rows, indent=1))
+    return rows
+
+
 PHASES = {"triton": phase_triton, "tensortune": phase_tensortune, "compare": phase_compare, "second": phase_second}
 
 
@@ -356,6 +396,8 @@ def orchestrate(opts):
         if shape not in results["triton"]:
             with_triton(shape)
     log.close()
+    if (work / "exhaustive.db").exists():  # every measurement, for replaying strategies offline (--replay)
+        shutil.copy(work / "exhaustive.db", out / "exhaustive.db")
     shutil.rmtree(work, ignore_errors=True)
     print_table(results)
 
@@ -413,6 +455,9 @@ def main():
     p.add_argument("--deadline", type=float, default=570.0, help="seconds for the whole run")
     p.add_argument("--triton-seconds", type=float, default=200.0,
                    help="start a triton.autotune phase only with this much time left")
+    p.add_argument("--replay", help="score strategies on the measurements in this database (CPU)")
+    p.add_argument("--strategies", nargs="+", default=["auto", "random"])
+    p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--shape")
     p.add_argument("--db")
     p.add_argument("--picks")
@@ -420,6 +465,9 @@ def main():
     opts.grid = CPU_GRID if opts.cpu else GRID
     opts.device = "cpu" if opts.cpu else "cuda"
     opts.dtype = "float32" if opts.cpu else "float16"
+    if opts.replay:
+        replay(opts)
+        return
     if opts.phase:
         print(json.dumps(PHASES[opts.phase](opts), default=str))
         return

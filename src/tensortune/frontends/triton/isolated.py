@@ -24,7 +24,9 @@ from __future__ import annotations
 import functools
 import os
 import pickle
-from collections.abc import Callable, Mapping, Sequence
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ...space import Config
@@ -148,7 +150,7 @@ def parallel_builder(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
 
 def gpu_runner(kernel: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any],
                grid: Any, configs: Sequence[Config], reference: Any, timer: Any, seed: int,
-               tolerance: float | None = None, interpreted: bool = False) -> Any:
+               tolerance: float | None = None, interpreted: bool = False, confirm_timer: Any = None) -> Any:
     """A GpuRunner measuring this launch's candidates in an isolated worker (on the CPU
     under TRITON_INTERPRET=1)."""
     from ...measure.gpu import GpuRunner, GpuTask
@@ -171,4 +173,65 @@ def gpu_runner(kernel: Any, arg_names: Sequence[str], args: Sequence[Any], kwarg
         devices, device = ([index] if visible is None else None), "cuda"
     task = GpuTask(launch, tuple(described), reference=task_reference, seed=seed, device=device,
                    timer=timer, rtol=tolerance, atol=tolerance, name=ref)
-    return GpuRunner(task, devices=devices, cutoff_factor=3.0)
+    return EarlyStart(GpuRunner(task, devices=devices, cutoff_factor=3.0), confirm_timer)
+
+
+class EarlyStart:
+    """A GpuRunner whose worker starts (imports, CUDA context, arguments, reference) at
+    once, while the compile processes start, instead of when the first build arrives.
+
+    Builds are pulled into a queue from the moment `run` is called (so compiling starts
+    then), and the inner runner sees them once its worker is ready; the inner runner is
+    never called from two threads at once.
+    """
+
+    def __init__(self, inner: Any, confirm_timer: Any = None) -> None:
+        self.inner = inner
+        self.confirm_timer = confirm_timer
+        self._ready: threading.Thread | None = None
+        self._error: BaseException | None = None
+        slots, prepare = getattr(inner, "_slots", None), getattr(inner, "_ensure_ready", None)
+        if slots and callable(prepare):  # only the first worker: it also confirms winners
+            self._ready = threading.Thread(target=self._prepare, args=(prepare, slots[0]), daemon=True)
+            self._ready.start()
+
+    def _prepare(self, prepare: Callable[[Any], None], slot: Any) -> None:
+        try:
+            prepare(slot)
+        except BaseException as exc:  # noqa: BLE001 - the inner runner reports it on first use
+            self._error = exc
+
+    def _wait(self) -> None:
+        if self._ready is not None:
+            self._ready.join()
+            self._ready = None
+
+    def run(self, builds: Iterable[Any]) -> Iterator[Any]:
+        pulled: queue.Queue[Any] = queue.Queue()
+        done = object()
+
+        def pull() -> None:
+            try:
+                for b in builds:
+                    pulled.put(b)
+            finally:
+                pulled.put(done)
+
+        threading.Thread(target=pull, daemon=True).start()
+        self._wait()
+
+        def drain() -> Iterator[Any]:
+            while (b := pulled.get()) is not done:
+                yield b
+
+        yield from self.inner.run(drain())
+
+    def confirm(self, results: Sequence[Any], **kw: Any) -> Any:
+        self._wait()
+        if self.confirm_timer is not None:
+            kw.setdefault("timer", self.confirm_timer)
+        return self.inner.confirm(results, **kw)
+
+    def close(self) -> None:
+        self._wait()
+        self.inner.close()

@@ -39,7 +39,7 @@ from .records import nearest_config, recorded_config, settled_config
 from .runner import Candidate, Hooks, LaunchRunner
 from .source import base_function, kernel_name, kernel_source
 from .target import current_target
-from .timing import DoBenchTimer, resolve_timer
+from .timing import DoBenchTimer, confirm_timer, resolve_timer
 from .tuning import KeyTuning, default_budget, tune_key
 
 
@@ -256,16 +256,19 @@ class AutotunedKernel(KernelInterface):
             why = "the kernel is not defined at module level"
         if o.isolate and why is not None:
             raise ValueError(f"isolate=True, but {why}")
+        default_timing = o.timer is None and o.do_bench is None and not self.interpreted
+        confirming = confirm_timer() if default_timing else None
         if isolate and why is None:
             tolerance = o.tolerance if not isinstance(o.tolerance, Mapping) else None
             runner: Any = isolated.gpu_runner(self.fn, self.arg_names, args, kwargs, grid,
                                               enumerate_space(cands.space), o.reference, ctx.timer, o.seed,
-                                              tolerance, self.interpreted)
+                                              tolerance, self.interpreted, confirming)
         else:
             pristine = ArgSet.fresh(args, kwargs, seed=o.seed, random=o.check_inputs == "random")
             candidate = Candidate(self._run, self.arg_names, grid, pre_hooks)
             hooks = Hooks(o.reset_to_zero, o.restore_value, o.pre_hook, o.post_hook)
-            runner = LaunchRunner(candidate, pristine, ctx.timer, hooks, o.reference, o.tolerance)
+            runner = LaunchRunner(candidate, pristine, ctx.timer, hooks, o.reference, o.tolerance,
+                                  confirm_timer=confirming)
         if o.builder is not None:
             builder = o.builder(self, cands.space, args, kwargs, grid) if callable(o.builder) else o.builder
         elif self.interpreted:

@@ -97,7 +97,7 @@ class LaunchRunner:
     def __init__(self, candidate: Candidate, pristine: ArgSet, timer: Any, hooks: Hooks,
                  reference: Callable[..., Any] | None = None,
                  tolerance: "float | Mapping[str, float] | None" = None,
-                 cutoff_factor: float | None = 3.0) -> None:
+                 cutoff_factor: float | None = 3.0, confirm_timer: Any = None) -> None:
         self.candidate = candidate
         self.pristine = pristine
         self.work = pristine.clone()
@@ -106,6 +106,7 @@ class LaunchRunner:
         self.reference = reference
         self.tolerance = tolerance
         self.cutoff_factor = cutoff_factor
+        self.confirm_timer = confirm_timer
         self.expected: dict[str, Any] | None = None
         self.reference_source = "reference function" if reference else "first configuration that ran"
         self.best_time = float("inf")
@@ -241,8 +242,8 @@ class LaunchRunner:
         if len(ties) == 1:
             return Confirmation(ties[0].config, 1.0, 0.0, {ties[0].config: ties[0].time}, {}, 0)
         runs = {r.config: Launch(r.config, self.candidate.launch(r.config, self.work)) for r in ties}
-        return confirm_winners(runs, self.timer, prior={r.config: r.time for r in ties}, within=within,
-                               rounds=rounds)
+        return confirm_winners(runs, self.confirm_timer or self.timer, prior={r.config: r.time for r in ties},
+                               within=within, rounds=rounds)
 
 
 def _synchronize(argset: ArgSet) -> None:

@@ -37,15 +37,19 @@ def interpreter_timer() -> Timer:
 
 
 def gpu_timer() -> Any:
-    """The measurement layer's CUDA-event timer (cold L2, repeats by time budget), or
-    Triton's `do_bench` where that layer is not available."""
-    try:
-        from ...measure.cuda_timer import CudaTimer
-    except ImportError:  # pragma: no cover - older tensortune measurement layer
-        import triton.testing
+    """The search's timer: CUDA events, cold L2, 20 ms of repeats per candidate, no
+    cool-down (many candidates; the near-ties are confirmed with `confirm_timer`)."""
+    from ...measure.cuda_timer import CudaTimer
 
-        return DoBenchTimer(triton.testing.do_bench)
-    return CudaTimer(budget_seconds=0.02, warmup_seconds=0.005, min_repeats=5, max_repeats=500)
+    return CudaTimer(budget_seconds=0.02, warmup_seconds=0.005, min_repeats=5, max_repeats=500, cooldown=0.0)
+
+
+def confirm_timer() -> Any:
+    """The timer that re-times near-ties: longer, with the GPU cooling down after each run
+    (steady clocks for power-bound kernels, see docs/gpu_measurement.md)."""
+    from ...measure.cuda_timer import CudaTimer
+
+    return CudaTimer(budget_seconds=0.03, warmup_seconds=0.01, min_repeats=5, max_repeats=500, cooldown=1.0)
 
 
 def resolve_timer(timer: Any, do_bench: Callable[..., Any] | None, interpreted: bool) -> Any:
