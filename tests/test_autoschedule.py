@@ -184,3 +184,11 @@ def test_bad_inputs_are_clear_errors():
         autoschedule(lambda: 3, db=":memory:")
     with pytest.raises(ValueError, match="weights"):
         autoschedule_many([W.matmul(8, 8, 8)], weights=[1.0, 2.0], db=":memory:")
+
+
+def test_any_registered_strategy_can_drive_the_search(tmp_path):
+    k = autoschedule(W.transpose(16, 8), budget=3, db=tmp_path / "r.db", strategy="random", progress=False,
+                     timer=FAST_TIMER, confirm=1)
+    x = np.random.default_rng(1).standard_normal((8, 16)).astype("float32")
+    assert k.trials == 3
+    check_close(k(x), x.T)

@@ -36,6 +36,7 @@ from ..te.build import Kernel, build, reference_outputs
 from ..te.dtype import TEError, numpy_dtype
 from ..te.schedule import Schedule
 from ..te.tensor import Tensor, graph
+from ..search import create_strategy
 from ..tuner import Budget, Tuner
 from .holes import SketchSpace
 from .measure import CheckSpec, SketchBuilder, SketchRunner, kernel_args, time_interleaved
@@ -154,7 +155,7 @@ class _Session:
     """One problem's search: its tuner (kept between rounds of a task scheduler)."""
 
     def __init__(self, problem: Problem, db: Database, target: Target, strategy: str, seed: int,
-                 jobs: int, progress: bool, timer: Timer | None) -> None:
+                 jobs: int, progress: bool, timer: Timer | None, expected_trials: int | None = None) -> None:
         self.problem = problem
         self.db, self.target = db, target
         sp = problem.sketch_space
@@ -162,9 +163,10 @@ class _Session:
         self.runner = SketchRunner(self.spec, seed=seed) if timer is None else \
             SketchRunner(self.spec, timer=timer, seed=seed)
         self.builder = SketchBuilder(sp, problem.args, jobs=jobs)
-        chooser: Any = SketchSearch(sp, seed=seed) if strategy == "evolutionary" else strategy
+        chooser = SketchSearch(sp, seed=seed, budget=expected_trials) if strategy == "evolutionary" else \
+            create_strategy(strategy, sp.space, seed=seed, budget=expected_trials)
         self.tuner = Tuner(sp.space, self.runner, workload=problem.workload, target=target, db=db,
-                           builder=self.builder, strategy=chooser, budget=1, seed=seed, batch_size=8,
+                           builder=self.builder, strategy=chooser, budget=expected_trials, seed=seed, batch_size=8,
                            progress=progress, description=problem.name)
         self.results: list[MeasureResult] = []
         self.seconds = 0.0
@@ -272,8 +274,9 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
         record = recorded_best(database, problem.workload, tgt)
         if record is not None:
             return finish_kernel(problem, record.config, record.time, 0, 0.0, True)
-    session = _Session(problem, database, tgt, strategy, seed, jobs, _progress(progress), timer)
-    session.run(Budget.of(budget, default_trials=64))
+    limit = Budget.of(budget, default_trials=64)
+    session = _Session(problem, database, tgt, strategy, seed, jobs, _progress(progress), timer, limit.trials)
+    session.run(limit)
     return session.finish(confirm, confirm_rounds)
 
 
@@ -306,7 +309,7 @@ def autoschedule_many(problems: Sequence[Any], weights: Sequence[float] | None =
                       db: Database | str | os.PathLike[str] | None = None, *, target: str = "cpu",
                       policy: str = "gradient", trials_per_round: int = 16, seed: int = 0, jobs: int = 2,
                       retune: bool = False, confirm: int = 4, confirm_rounds: int = 5,
-                      progress: bool | None = None, timer: Timer | None = None) -> ScheduledMany:
+                      timer: Timer | None = None) -> ScheduledMany:
     """Auto-schedule several computations under one budget (trials in total), shared by the
     task scheduler (`policy` "gradient" or "round-robin") to minimise the weighted sum of
     their latencies (`weights`: how often each runs; default 1)."""
@@ -329,8 +332,8 @@ def autoschedule_many(problems: Sequence[Any], weights: Sequence[float] | None =
         if record is not None:
             results[k] = finish_kernel(p, record.config, record.time, 0, 0.0, True)
         else:
-            sessions[k] = _Session(p, database, tgt, "evolutionary", seed + k, jobs, _progress(progress) and False,
-                                   timer)
+            # one progress bar per round would be noise: the scheduler's rounds are the progress
+            sessions[k] = _Session(p, database, tgt, "evolutionary", seed + k, jobs, False, timer)
     allocation = None
     if sessions:
         tasks = [Task(parsed[k].name, sessions[k].tune, weight=weights[k], flops=parsed[k].flops,
