@@ -189,6 +189,6 @@ def test_bad_inputs_are_clear_errors():
 def test_any_registered_strategy_can_drive_the_search(tmp_path):
     k = autoschedule(W.transpose(16, 8), budget=3, db=tmp_path / "r.db", strategy="random", progress=False,
                      timer=FAST_TIMER, confirm=1)
-    x = np.random.default_rng(1).standard_normal((8, 16)).astype("float32")
+    x = np.random.default_rng(1).standard_normal((16, 8)).astype("float32")
     assert k.trials == 3
     check_close(k(x), x.T)
