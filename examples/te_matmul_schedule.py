@@ -20,8 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
+
+# Several OpenMP/BLAS runtimes in one process (ours, OpenBLAS's, torch's) whose idle
+# threads spin would starve each other on a 2-core machine: let idle threads sleep.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 

@@ -200,3 +200,19 @@ def test_loop_nest_info_reports_loops_accesses_and_work():
     assert B.strides == (0, 16, 64, 1)
     assert B.footprint(upd.loops, 2) == 16 * 16
     assert upd.flops == 2 * 32 * 64 * 16
+
+
+def test_tails_are_split_off_full_tiles_and_vectorized_tails_shortened():
+    from tensortune.te.ir import IfThenElse, loops, walk_stmts
+    from tensortune.te.partition import partition_tails
+    A = te.placeholder((100,), name="A")
+    B = te.compute((100,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B)
+    s[B].split("i", 16)
+    s[B].vectorize("i.1")
+    plain = s.lower()
+    assert any(isinstance(x, IfThenElse) for x in walk_stmts(plain.body))
+    f = partition_tails(plain)
+    assert [(x.loop, x.extent, x.kind) for x in loops(f.body)] == [
+        ("i.0", 6, "serial"), ("i.1", 16, "vectorize"), ("i.0", 1, "serial"), ("i.1", 4, "vectorize")]
+    assert not any(isinstance(x, IfThenElse) for x in walk_stmts(f.body))

@@ -3,7 +3,9 @@
 A split whose factor does not divide the extent leaves guards (`if i.0 * 16 + i.1 < 56`)
 inside the tile; evaluated in every iteration of an unrolled, vectorized inner loop they
 cost a lot. For each loop whose guards become provably true on a prefix of its range,
-the loop is cut in two: the prefix without those guards and the rest with them.
+the loop is cut in two: the prefix without those guards and the rest with them. A loop
+whose whole body is a guard false past some iteration is shortened instead (the tail of
+a vectorized tile becomes a shorter constant-extent loop, not a masked one).
 
 Example:
     >>> from tensortune import te
@@ -96,16 +98,17 @@ class _Partition:
                 inner[x.var] = (0, max(x.extent - 1, old[1] if old else 0))
         conds = [c for x in walk_stmts(f.body) if isinstance(x, IfThenElse) for c in _conjuncts(x.cond)
                  if f.var in variables(c)]
-        if f.kind in ("vectorize", "unroll") or not conds:  # (cutting a register tile does not pay)
+        if not conds:
             return self._with_body(f, self.stmt(f.body, {**ranges, f.var: (0, f.extent - 1)}))
-        lo, hi = 0, f.extent  # the largest t with every condition true for var < t
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if all(provable(c, {**inner, f.var: (0, mid - 1)}) for c in conds):
-                lo = mid
-            else:
-                hi = mid - 1
-        t = lo
+        body = f.body
+        if isinstance(body, IfThenElse):  # the loop's whole body is guarded: drop dead iterations
+            own = [c for c in _conjuncts(body.cond) if f.var in variables(c)]
+            t = _prefix(f, own, inner)
+            if t < f.extent and provable(body.cond, {**inner, f.var: (t, f.extent - 1)}, False):
+                return self._with_body(f, self.stmt(body, {**ranges, f.var: (0, t - 1)}), t) if t else Seq(())
+        if f.kind in ("vectorize", "unroll"):  # (cutting a register tile in two does not pay)
+            return self._with_body(f, self.stmt(f.body, {**ranges, f.var: (0, f.extent - 1)}))
+        t = _prefix(f, conds, inner)
         if t == f.extent or 2 * t < f.extent or self.copies >= MAX_COPIES:  # worth it when most is full
             return self._with_body(f, self.stmt(f.body, {**ranges, f.var: (0, f.extent - 1)}))
         self.copies *= 2
@@ -119,6 +122,18 @@ class _Partition:
         if isinstance(body, Seq) and not body.stmts:
             return body
         return For(f.var, f.extent if extent is None else extent, f.kind, body, f.stage, f.loop, f.axis_kind)
+
+
+def _prefix(f: For, conds: list[Expr], ranges: dict[Expr, Range]) -> int:
+    """The largest t such that every condition holds while f.var < t."""
+    lo, hi = 0, f.extent
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if all(provable(c, {**ranges, f.var: (0, mid - 1)}) for c in conds):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _shift(s: Stmt, var: Var, offset: int) -> Stmt:
