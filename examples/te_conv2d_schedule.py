@@ -8,7 +8,7 @@ The schedule:
                is guarded and split off the full tiles by the code generator
   fuse         batch, filter tiles and row tiles into one parallel loop
   compute_at   the accumulator inside each column tile, reductions outermost
-  unroll       filters and rows of the tile; vectorize its columns
+  unroll       the 3 x 3 window, filters and rows of the tile; vectorize its columns
 
     .venv/bin/python examples/te_conv2d_schedule.py --channels 64 --size 56 --rounds 7
 """
@@ -48,9 +48,11 @@ def hand_schedule(w, ft: int = 8, yt: int = 2, xt: int = 16) -> te.Schedule:
     c.vectorize(xi)
     s[CL].compute_at(c, xo)
     s[CL].reorder("rc", "rr", "rs", "b", "f", "y", "x")
+    s[CL].vectorize("x")
+    s[CL].unroll("rr")  # the 3 x 3 window unrolled: no short loops around the tile
+    s[CL].unroll("rs")
     s[CL].unroll("f")
     s[CL].unroll("y")
-    s[CL].vectorize("x")
     return s
 
 

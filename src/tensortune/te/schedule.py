@@ -218,11 +218,11 @@ class Schedule:
                     inner = st.leaves[st.leaves.index(loop):]
                     steps = 1
                     for x in inner:
-                        steps *= ext[x]
+                        steps *= 1 if st.annotations.get(x) == "vectorize" else ext[x]  # (one vector op)
                     if steps > MAX_UNROLL:
                         raise TEError(f"unrolling loop {loop!r} of {st.name!r} would copy its body {steps} times "
-                                      f"(its extent times those of the loops inside it); the limit is {MAX_UNROLL}, "
-                                      "split it or unroll an inner loop")
+                                      f"(its extent times those of the non-vectorized loops inside it); the limit is "
+                                      f"{MAX_UNROLL}, split it or unroll an inner loop")
             if par and st.attach is not None:
                 target, loop = st.attach
                 while True:
