@@ -91,7 +91,8 @@ class CCompiler:
             if proc.returncode != 0:
                 raise CandidateError(ErrorKind.COMPILE_ERROR,
                                      f"{' '.join(cmd[:1] + define_flags(defines))} failed:\n{proc.stderr[-3000:]}")
-            staged = target.with_suffix(f".{os.getpid()}.tmp")
+            fd, staged = tempfile.mkstemp(suffix=".so.tmp", dir=target.parent)
+            os.close(fd)
             shutil.copyfile(out, staged)
             os.replace(staged, target)  # atomic: concurrent builders never see half a file
         return target
