@@ -261,6 +261,7 @@ def main() -> int:
     parser.add_argument("--tune-json", default=None, help="tuning report of an earlier --phase tune run")
     parser.add_argument("--cache", default=None, help="where generated kernels are written")
     parser.add_argument("--only", default="", help="comma-separated substrings of workload names")
+    parser.add_argument("--tune", default="", help="tune only these (substrings); the others come from --db")
     parser.add_argument("--budget-scale", type=float, default=1.0)
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
@@ -288,7 +289,8 @@ def main() -> int:
     if args.tune_json:
         report["tune"] = json.loads(Path(args.tune_json).read_text()).get("tune", {})
     if args.phase in ("tune", "all"):
-        tune_phase(work, args, report)
+        keys = [k.strip() for k in args.tune.split(",") if k.strip()]
+        tune_phase([w for w in work if not keys or any(k in w.name for k in keys)], args, report)
     if args.phase in ("compare", "all"):
         compare_phase(work, args, report)
         print()

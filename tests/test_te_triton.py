@@ -87,6 +87,14 @@ CASES = [
      {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
     ("conv2d-stride2", lambda: workloads.conv2d_nchw(2, 3, 7, 7, 5, 3, 3, 2, 1, "float16").output,
      {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16}),
+    ("conv2d-split-epilogue", lambda: workloads.conv2d_nchw(2, 20, 5, 5, 6, 3, 3, 1, 1, "float16").output,
+     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "EPILOGUE_SPLIT": 2, "SPLIT_K": 1}),
+    ("conv2d-splitk", lambda: workloads.conv2d_nchw(1, 20, 5, 5, 6, 3, 3, 1, 1, "float16").output,
+     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "SPLIT_K": 4}),
+    ("matmul-tma-store-split", lambda: workloads.matmul_bias_relu(48, 64, 40, "float16").output,
+     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "TMA": True, "PERSISTENT": True, "EPILOGUE_SPLIT": 2}),
+    ("gelu-split-epilogue", lambda: gelu_epilogue(24, 40, 32),
+     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "EPILOGUE_SPLIT": 2}),
     ("depthwise-conv", lambda: workloads.depthwise_conv2d_nchw(1, 3, 6, 6, 3, 3, 1, 1, "float16").output,
      {"BLOCK_R": 8, "BLOCK_C": 16}),
     ("softmax-one-pass", lambda: workloads.softmax(6, 40, "float16").output, {"BLOCK_R": 2, "BLOCK_C": 64}),
@@ -117,8 +125,8 @@ def test_a_wrong_kernel_is_caught(interpreter, tmp_path):
                                                  "GROUP_M": 1}, directory=str(tmp_path))
     assert err < 1e-2
     src = generate(analyze(out), {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}, GenOptions(interpret=True))
-    assert "for kk in range(0, 48, 16):" in src.text
-    broken = dataclasses.replace(src, text=src.text.replace("range(0, 48, 16)", "range(0, 32, 16)"))
+    assert "for it in range(0, 3):" in src.text
+    broken = dataclasses.replace(src, text=src.text.replace("range(0, 3)", "range(0, 2)"))
     err = interpreter.call(source_error, out, broken, directory=str(tmp_path))
     assert err > 0.05
 
@@ -176,3 +184,10 @@ def test_sketch_spaces_respect_the_hardware():
     assert max(p for p in (c["SPLIT_K"] for c in tall.space.sample(200, seed=1))) > 1
     conv = sketch(analyze(workloads.conv2d_nchw(2, 4, 8, 8, 16, 3, 3, 1, 1, "float16").output))
     assert all(not c["TMA"] for c in conv.space.sample(50, seed=0))  # gathers: no tensor descriptors
+
+
+def test_convolution_steps_its_window_as_scalars():
+    plan = analyze(workloads.conv2d_nchw(2, 8, 6, 6, 4, 3, 3, 1, 1, "float16").output)
+    assert [a.extent for a in plan.k] == [8] and [a.extent for a in plan.window] == [3, 3]
+    text = generate(plan, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16}).text
+    assert "for it in range(0, 9):" in text and "k1 = (kw // 3)" in text

@@ -39,6 +39,7 @@ _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="
 _MATH = {"exp": "tl.exp({})", "log": "tl.log({})", "sqrt": "tl.sqrt({})", "abs": "tl.abs({})",
          "erf": "tl.erf({})", "sigmoid": "tl.sigmoid({})", "tanh": "(2.0 * tl.sigmoid(2.0 * {}) - 1.0)"}
 INT32_LIMIT = 2**31 - 1
+SCALAR_DIMS = frozenset({"b", "ko"})  # per-program or per-iteration scalars (batch, window position)
 
 
 def literal(value: Any) -> str:
@@ -196,13 +197,12 @@ class Emitter:
             if wide:
                 name = f"{name}.to(tl.int64)"
             buckets.setdefault(dims, []).append(name if coef == 1 else f"{name} * {coef}")
-        parts = []
-        for dims in sorted(buckets, key=lambda d: (len(d), sorted(d))):
+        parts = [str(aff.offset)] if aff.offset else []
+        # scalars first, then one-dimensional sums, so each broadcast happens once
+        for dims in sorted(buckets, key=lambda d: (sum(x not in SCALAR_DIMS for x in d), len(d), sorted(d))):
             terms = buckets[dims]
             parts.append(terms[0] if len(terms) == 1 else self.emit(" + ".join(terms), ("offset", tuple(terms))))
-        if aff.offset or not parts:
-            parts.append(str(aff.offset))
-        return " + ".join(parts)
+        return " + ".join(parts) if parts else "0"
 
     def mask_of(self, read: TensorRead, guards: tuple[tuple[Expr, bool], ...]) -> str | None:
         used: set[Var] = set()

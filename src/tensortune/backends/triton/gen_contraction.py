@@ -12,7 +12,9 @@ write float32 partial sums that a second kernel adds up and finishes with the ep
 for tall-skinny products with too few tiles to fill the GPU), PERSISTENT (one program
 per SM looping over tiles), TMA (operand tiles loaded by Hopper's tensor memory
 accelerator through device-side tensor descriptors, when both factors are plain
-row-major reads), num_warps and num_stages.
+row-major reads; TMA_STORE also stores the output tile through one), EPILOGUE_SPLIT (the
+epilogue applied to two column halves of the accumulator, fewer live registers),
+num_warps and num_stages.
 
 Example:
     >>> from tensortune.te import workloads
@@ -25,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,7 +71,7 @@ def tma_operands(plan: ContractionPlan, options: GenOptions) -> tuple[TensorRead
     """The two reads a TMA variant loads through tensor descriptors, when it applies: no
     batch, one M, N and K axis, both factors plain reads `A[m, k]` and `B[k, n]` stored in
     the dot's type, rows aligned to 16 bytes."""
-    if plan.batch or len(plan.m) != 1 or len(plan.n) != 1 or len(plan.k) != 1:
+    if plan.batch or plan.window or len(plan.m) != 1 or len(plan.n) != 1 or len(plan.k) != 1:
         return None
     a, b = _plain(plan.factor_a), _plain(plan.factor_b)
     m, n, k = plan.m[0].var, plan.n[0].var, plan.k[0].var
@@ -90,7 +93,7 @@ def tma_operands(plan: ContractionPlan, options: GenOptions) -> tuple[TensorRead
 
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
     c = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 1, "PERSISTENT": False,
-         "TMA": False, "num_warps": 4, "num_stages": 3}
+         "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "num_warps": 4, "num_stages": 3}
     unknown = set(config) - set(c)
     if unknown:
         raise CodegenError(f"unknown contraction parameter(s) {sorted(unknown)}; known: {sorted(c)}")
@@ -109,9 +112,12 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
 def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], options: GenOptions) -> KernelSource:
     c = _config(config)
     bm, bn, bk, group, split = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["GROUP_M"], c["SPLIT_K"]
-    nb, m, n, k = plan.sizes
+    halves = c["EPILOGUE_SPLIT"]
+    nb, m, n, _ = plan.sizes
     if nb > 65535 and not c["PERSISTENT"]:
         raise CodegenError(f"{nb} batch entries exceed the launch grid's second dimension; use PERSISTENT")
+    if halves not in (1, 2) or (halves == 2 and (bn < 32 or split > 1)):
+        raise CodegenError(f"EPILOGUE_SPLIT={halves}: 1, or 2 with BLOCK_N >= 32 and no SPLIT_K")
     args = kernel_args(plan, options)
     pointers = {a.name: a.pointer for a in args}
     storage = {a.name: a.dtype for a in args}
@@ -123,12 +129,22 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
         precision = f', input_precision="{"tf32" if options.allow_tf32 and dtype == "float32" else "ieee"}"'
     grid_m, grid_n = cdiv(m, bm), cdiv(n, bn)
     tiles = grid_m * grid_n
-    k_chunk = cdiv(cdiv(k, bk), split) * bk
-    even_m, even_n = m % bm == 0, n % bn == 0
-    even_k = k % bk == 0 and (split == 1 or k % k_chunk == 0)
-    ranges = {**ranges_of(plan.batch), **ranges_of(plan.m), **ranges_of(plan.n), **ranges_of(plan.k)}
+    k_inner = math.prod(a.extent for a in plan.k)
+    blocks = cdiv(k_inner, bk)  # BLOCK_K steps over the inner reduce axes
+    iters = blocks * math.prod(a.extent for a in plan.window)
+    chunk = cdiv(iters, split)
+    even_m, even_n, even_k = m % bm == 0, n % bn == 0, k_inner % bk == 0
+    axes = plan.batch + plan.m + plan.n + plan.k + plan.window
+    ranges = ranges_of(axes)
     shapes = {**shapes_of(plan.batch, "b"), **shapes_of(plan.m, "m"), **shapes_of(plan.n, "n"),
-              **shapes_of(plan.k, "k")}
+              **shapes_of(plan.k, "k"), **shapes_of(plan.window, "ko")}
+    tma = tma_operands(plan, options) if c["TMA"] else None
+    if c["TMA"] and tma is None:
+        raise CodegenError("TMA loads need plain reads A[m, k] and B[k, n] in the dot's type, without batch")
+    tma_store = bool(c["TMA_STORE"])
+    if tma_store and not (tma is not None and plan.out_index == (plan.m[0].var, plan.n[0].var) and split == 1
+                          and (n * (2 if out_arg.dtype != "float32" else 4)) % 16 == 0):
+        raise CodegenError("TMA_STORE needs TMA, a plain row-major [M, N] output with 16-byte rows, no SPLIT_K")
 
     # -- which tile --------------------------------------------------------------------------
     tile: list[str] = []
@@ -149,31 +165,28 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
     tile += decompose("rm_in", plan.m, "[:, None]")
     tile += decompose("rn_in", plan.n, "[None, :]")
 
-    # -- the K loop ----------------------------------------------------------------------------
-    loop: list[str] = [f"rk = kk + tl.arange(0, {bk})"]
-    a_masks: dict[Any, str] = {}
-    b_masks: dict[Any, str] = {}
-    if not even_k:
-        loop += [f"k_ok = rk < {k}", "k_ok_a = k_ok[None, :]", "k_ok_b = k_ok[:, None]"]
-        a_masks = {a.var: "k_ok_a" for a in plan.k}
-        b_masks = {a.var: "k_ok_b" for a in plan.k}
-    loop += decompose("rk", plan.k, "[None, :]", "_a")
-    loop += decompose("rk", plan.k, "[:, None]", "_b")
-    common = {**names_of(plan.batch)}
-    tma = tma_operands(plan, options) if c["TMA"] else None
-    if c["TMA"] and tma is None:
-        raise CodegenError("TMA loads need plain reads A[m, k] and B[k, n] in the dot's type, without batch")
-    descriptors: list[str] = []
-    if tma is not None:
-        ra, rb = tma
-        descriptors = [
-            f"a_desc = tl.make_tensor_descriptor({pointers[ra.tensor.name]}, shape=[{m}, {k}], strides=[{k}, 1], "
-            f"block_shape=[{bm}, {bk}])",
-            f"b_desc = tl.make_tensor_descriptor({pointers[rb.tensor.name]}, shape=[{k}, {n}], strides=[{n}, 1], "
-            f"block_shape=[{bk}, {bn}])"]
-        loop = [f"a_tile = a_desc.load([pid_m * {bm}, kk])", f"b_tile = b_desc.load([kk, pid_n * {bn}])",
-                f"acc = tl.dot(a_tile, b_tile, acc{precision})"]
+    # -- the K loop: one BLOCK_K step of the inner axes (and one window position) per iteration
+    loop: list[str] = []
+    if plan.window:
+        loop += [f"kw = it // {blocks}", f"kb = it % {blocks}" if blocks > 1 else "kb = 0"]
+        loop += decompose("kw", plan.window)
     else:
+        loop += ["kb = it"]
+    loop += [f"kk = kb * {bk}"]
+    common = {**names_of(plan.batch), **names_of(plan.window)}
+    if tma is not None:
+        loop += [f"a_tile = a_desc.load([pid_m * {bm}, kk])", f"b_tile = b_desc.load([kk, pid_n * {bn}])",
+                 f"acc = tl.dot(a_tile, b_tile, acc{precision})"]
+    else:
+        loop += [f"rk = kk + tl.arange(0, {bk})"]
+        a_masks: dict[Any, str] = {}
+        b_masks: dict[Any, str] = {}
+        if not even_k:
+            loop += [f"k_ok = rk < {k_inner}", "k_ok_a = k_ok[None, :]", "k_ok_b = k_ok[:, None]"]
+            a_masks = {a.var: "k_ok_a" for a in plan.k}
+            b_masks = {a.var: "k_ok_b" for a in plan.k}
+        loop += decompose("rk", plan.k, "[None, :]", "_a")
+        loop += decompose("rk", plan.k, "[:, None]", "_b")
         ea = Emitter({**common, **names_of(plan.m), **names_of(plan.k, "_a")}, pointers, masks=a_masks,
                      ranges=ranges, storage=storage, shapes=shapes, prefix="ta")
         a_name = ea.native(plan.factor_a, feed)
@@ -181,33 +194,41 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
                      ranges=ranges, storage=storage, shapes=shapes, prefix="tb")
         b_name = eb.native(plan.factor_b, feed)
         loop += ea.lines + eb.lines
-    if tma is None and not even_k:
-        loop += [f"{a_name} = tl.where(k_ok_a, {a_name}, 0)", f"{b_name} = tl.where(k_ok_b, {b_name}, 0)"]
-    if tma is None:
+        if not even_k:
+            loop += [f"{a_name} = tl.where(k_ok_a, {a_name}, 0)", f"{b_name} = tl.where(k_ok_b, {b_name}, 0)"]
         loop += [f"acc = tl.dot({a_name}, {b_name}, acc{precision})"]
-    k_lo = "0" if split == 1 else f"pid_k * {k_chunk}"
-    k_hi = str(k) if split == 1 else f"pid_k * {k_chunk} + {k_chunk}"
+    if split == 1:
+        k_lo, k_hi = "0", str(iters)
+    else:
+        k_lo = f"pid_k * {chunk}"
+        k_hi = f"pid_k * {chunk} + {chunk}" if iters % chunk == 0 else f"tl.minimum(pid_k * {chunk} + {chunk}, {iters})"
     tile += [f"acc = tl.zeros(({bm}, {bn}), dtype=tl.float32)",
-             f"for kk in range({k_lo}, {k_hi}, {bk}):", *indent(loop, 1)]
+             f"for it in range({k_lo}, {k_hi}):", *indent(loop, 1)]
 
     # -- epilogue ------------------------------------------------------------------------------
-    store_mask = [p for p, even in ((f"(rm < {m})[:, None]", even_m), (f"(rn < {n})[None, :]", even_n))
-                  if not even]
-    mask_arg = f", mask={' & '.join(store_mask)}" if store_mask else ""
     if split == 1:
-        ee = Emitter({**common, **names_of(plan.m), **names_of(plan.n)}, pointers, ranges=ranges,
-                     known={ACC: "acc"}, storage=storage, shapes=shapes, prefix="te")
-        val = ee.value(plan.epilogue)
-        if val == "acc":
-            val = ee.emit("acc")
-        off = ee.offset(TensorRead(plan.output, plan.out_index))
-        tile += ee.lines
-        tile += [f"tl.store({out_arg.pointer} + ({off}), {val}.to({TL_TYPES[out_arg.dtype]}){mask_arg})"]
+        tile += _epilogue(plan, pointers, storage, ranges, shapes, out_arg, bm, bn, m, n, even_m, even_n,
+                          halves, tma_store)
     else:
+        store_mask = [p for p, even in ((f"(rm < {m})[:, None]", even_m), (f"(rn < {n})[None, :]", even_n))
+                      if not even]
+        mask_arg = f", mask={' & '.join(store_mask)}" if store_mask else ""
         tile += [f"ws_off = (pid_k * {nb} + pid_b) * {m * n} + rm[:, None] * {n} + rn[None, :]",
                  f"tl.store(p_ws + ws_off, acc{mask_arg})"]
 
     # -- the kernel ----------------------------------------------------------------------------
+    descriptors: list[str] = []
+    if tma is not None:
+        ra, rb = tma
+        k = k_inner
+        descriptors = [
+            f"a_desc = tl.make_tensor_descriptor({pointers[ra.tensor.name]}, shape=[{m}, {k}], strides=[{k}, 1], "
+            f"block_shape=[{bm}, {bk}])",
+            f"b_desc = tl.make_tensor_descriptor({pointers[rb.tensor.name]}, shape=[{k}, {n}], strides=[{n}, 1], "
+            f"block_shape=[{bk}, {bn}])"]
+        if tma_store:
+            descriptors.append(f"c_desc = tl.make_tensor_descriptor({out_arg.pointer}, shape=[{m}, {n}], "
+                               f"strides=[{n}, 1], block_shape=[{bm}, {bn // halves}])")
     params = ", ".join([a.pointer for a in args] + (["p_ws"] if split > 1 else []))
     body: list[str] = list(descriptors)
     if c["PERSISTENT"]:
@@ -243,6 +264,44 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
     helpers = (NUM_SMS_HELPER if c["PERSISTENT"] else []) + (ALLOCATOR_HELPER if tma else [])
     text = module_text(plan, c, kernels, launch, pre, args, helpers)
     return KernelSource(text, tuple(a.name for a in args), tuple(a.dtype for a in args), tuple(names), c)
+
+
+def _epilogue(plan: ContractionPlan, pointers: dict[str, str], storage: dict[str, str], ranges: dict,
+              shapes: dict, out_arg: Any, bm: int, bn: int, m: int, n: int, even_m: bool, even_n: bool,
+              halves: int, tma_store: bool) -> list[str]:
+    """The epilogue on the accumulator, in `halves` column halves (fewer live registers)."""
+    lines: list[str] = []
+    accs = ["acc"]
+    width = bn // halves
+    if halves == 2:
+        lines += [f"acc_h0, acc_h1 = tl.split(tl.permute(tl.reshape(acc, ({bm}, 2, {width})), (0, 2, 1)))"]
+        accs = ["acc_h0", "acc_h1"]
+    out_t = TL_TYPES[out_arg.dtype]
+    for h, acc in enumerate(accs):
+        suffix = f"_h{h}" if halves == 2 else ""
+        names = {**names_of(plan.batch), **names_of(plan.m)}
+        if halves == 2:
+            lines += [f"rn{suffix} = pid_n * {bn} + {h * width} + tl.arange(0, {width})",
+                      f"rn_in{suffix} = {f'rn{suffix}' if even_n else f'rn{suffix} % {n}'}"]
+            lines += decompose(f"rn_in{suffix}", plan.n, "[None, :]", suffix)
+            names.update(names_of(plan.n, suffix))
+        else:
+            names.update(names_of(plan.n))
+        ee = Emitter(names, pointers, ranges=ranges, known={ACC: acc}, storage=storage, shapes=shapes,
+                     prefix=f"te{h}_")
+        val = ee.value(plan.epilogue)
+        if val == acc:
+            val = ee.emit(acc)
+        if tma_store:
+            lines += ee.lines + [f"c_desc.store([pid_m * {bm}, pid_n * {bn} + {h * width}], {val}.to({out_t}))"]
+            continue
+        rn = f"rn{suffix}"
+        store_mask = [p for p, even in ((f"(rm < {m})[:, None]", even_m), (f"({rn} < {n})[None, :]", even_n))
+                      if not even]
+        mask_arg = f", mask={' & '.join(store_mask)}" if store_mask else ""
+        off = ee.offset(TensorRead(plan.output, plan.out_index))
+        lines += ee.lines + [f"tl.store({out_arg.pointer} + ({off}), {val}.to({out_t}){mask_arg})"]
+    return lines
 
 
 def _splitk_kernel(plan: ContractionPlan, args: list, pointers: dict[str, str], storage: dict[str, str],

@@ -34,10 +34,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ...te.dtype import TEError, is_float
-from ...te.expr import Binary, Cast, Expr, IterVar, Reduce, TensorRead, Var
+from ...te.expr import Binary, Cast, Compare, Expr, IterVar, Reduce, TensorRead, Var
 from ...te.printer import expr_str
 from ...te.tensor import Tensor, graph
-from ...te.visit import itervars, map_expr, reads, substitute, variables
+from ...te.visit import itervars, map_expr, reads, substitute, variables, walk
 
 ACC = Var("acc")  # the contraction's value at the output index, inside the epilogue
 
@@ -104,6 +104,7 @@ class ContractionPlan(GpuPlan):
     epilogue: Expr  # over the batch, m and n variables and ACC
     out_index: tuple[Var, ...]
     reduction: Tensor
+    window: tuple[Axis, ...] = ()  # reduce axes stepped one at a time (a convolution's r, s)
 
     @property
     def kind(self) -> str:
@@ -120,7 +121,7 @@ class ContractionPlan(GpuPlan):
     @property
     def sizes(self) -> tuple[int, int, int, int]:
         """(batch, M, N, K) of the flattened product."""
-        return _extent(self.batch), _extent(self.m), _extent(self.n), _extent(self.k)
+        return _extent(self.batch), _extent(self.m), _extent(self.n), _extent(self.k) * _extent(self.window)
 
     @property
     def flops(self) -> int:
@@ -286,8 +287,27 @@ def _contraction(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
                         lambda x: ACC if isinstance(x, TensorRead) and x.tensor is red else None)
     if _free_iter(factor_a) or _free_iter(factor_b) or _free_iter(epilogue):
         return None
-    return ContractionPlan(out, inputs, grouped["b"], grouped["m"], grouped["n"], k_axes, factor_a, factor_b,
-                           epilogue, tuple(out_vars), red)
+    sliding = _sliding(factor_a, k_axes) | _sliding(factor_b, k_axes)
+    window = tuple(a for a in k_axes if a.var in sliding)
+    inner = tuple(a for a in k_axes if a.var not in sliding)
+    if not inner or _extent(window) > 64:
+        window, inner = (), k_axes
+    return ContractionPlan(out, inputs, grouped["b"], grouped["m"], grouped["n"], inner, factor_a, factor_b,
+                           epilogue, tuple(out_vars), red, window)
+
+
+def _sliding(factor: Expr, k_axes: tuple[Axis, ...]) -> set[Var]:
+    """Reduce variables added to other variables in an index or a bound check (a convolution
+    window's r in h + r): stepped as scalars, they keep addresses and masks one-dimensional."""
+    kv = {a.var for a in k_axes}
+    found: set[Var] = set()
+    exprs = [i for r in reads(factor) for i in r.indices]
+    exprs += [x for x in walk(factor) if isinstance(x, Compare)]
+    for e in exprs:
+        vs = variables(e)
+        if vs & kv and vs - kv:
+            found |= vs & kv
+    return found
 
 
 def _contiguous_in(factor: Expr, reduce_axes: tuple[IterVar, ...]) -> bool | None:

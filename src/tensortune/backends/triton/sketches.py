@@ -1,8 +1,8 @@
 """GPU sketches: the tuning space of each kernel pattern, its constraints and good first points.
 
 A contraction is tiled in BLOCK_M x BLOCK_N (each at most the next power of two of its
-extent), with a BLOCK_K reduction step, GROUP_M grouped launch order, num_warps and
-num_stages; SPLIT_K joins when the tiles alone cannot fill the GPU's multiprocessors and
+extent), with a BLOCK_K reduction step, GROUP_M grouped launch order, EPILOGUE_SPLIT
+(the epilogue in two column halves), num_warps and num_stages; SPLIT_K joins when the tiles alone cannot fill the GPU's multiprocessors and
 K is long, PERSISTENT when there are more tiles than multiprocessors. Constraints keep
 the pipelined tiles within shared memory and the accumulator within registers.
 A rows kernel chooses BLOCK_R rows per program and a BLOCK_C column chunk (one pass when
@@ -63,8 +63,11 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     from .gen_contraction import dot_type, tma_operands
 
     nb, m, n, k = plan.sizes
+    k_inner = 1
+    for a in plan.k:
+        k_inner *= a.extent
     item = 4 if dot_type(plan, options) == "float32" else HALF_BYTES
-    top_m, top_n, top_k = (min(256, max(16, _pow2_at_least(x))) for x in (m, n, k))
+    top_m, top_n, top_k = (min(256, max(16, _pow2_at_least(x))) for x in (m, n, k_inner))
     top_k = min(top_k, 128)
     tiles_128 = nb * -(-m // 128) * -(-n // 128)
     split = [1]
@@ -78,34 +81,51 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         Ordinal("SPLIT_K", split),
         Categorical("PERSISTENT", [False, True] if tiles_128 >= sms // 2 else [False]),
         Categorical("TMA", [False, True] if tma_operands(plan, options) is not None else [False]),
+        Categorical("TMA_STORE", [False, True] if _tma_store_ok(plan, options) else [False]),
+        Ordinal("EPILOGUE_SPLIT", [1, 2]),
         Ordinal("num_warps", [2, 4, 8]),
         Ordinal("num_stages", [2, 3, 4, 5]),
     ]
     constraints = [
-        f"(BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * {item} * num_stages <= {SHARED_BYTES}",
+        f"(BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * {item} * num_stages + TMA_STORE * BLOCK_M * BLOCK_N * {item} "
+        f"// EPILOGUE_SPLIT <= {SHARED_BYTES}",
+        "TMA or not TMA_STORE",
         "BLOCK_M * BLOCK_N <= num_warps * 32 * 128",
         "BLOCK_M * BLOCK_N >= num_warps * 32 * 4",
         "SPLIT_K == 1 or not PERSISTENT",
+        "EPILOGUE_SPLIT == 1 or (BLOCK_N >= 32 and SPLIT_K == 1)",
         f"SPLIT_K * BLOCK_K <= {max(16, k)}",
     ]
     space = Space(params, constraints=constraints)
-    tiles = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 128, 64, 8, 3), (256, 128, 64, 8, 3),
+    tiles = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3), (256, 128, 64, 8, 3),
              (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 64, 64, 4, 3), (64, 32, 32, 4, 4), (32, 32, 32, 2, 3),
              (16, 16, 16, 2, 2))
-    variants = ((False, False), (False, True), (True, True), (True, False))  # (PERSISTENT, TMA)
+    variants = ((False, False, False), (False, True, False), (True, True, False), (True, True, True),
+                (True, False, False), (False, True, True))  # (PERSISTENT, TMA, TMA_STORE)
     order = sorted(((t, v) for t in range(len(tiles)) for v in range(len(variants))), key=lambda p: (sum(p), p))
     seeds: list[Config] = []
     for t, v in order:
         bm, bn, bk, w, s = tiles[t]
-        persistent, tma = variants[v]
+        persistent, tma, store = variants[v]
         cfg = {"BLOCK_M": min(bm, top_m), "BLOCK_N": min(bn, top_n), "BLOCK_K": min(bk, top_k), "GROUP_M": 8,
-               "SPLIT_K": 1, "PERSISTENT": persistent, "TMA": tma, "num_warps": w, "num_stages": s}
+               "SPLIT_K": 1, "PERSISTENT": persistent, "TMA": tma, "TMA_STORE": store,
+               "EPILOGUE_SPLIT": 2 if store else 1, "num_warps": w, "num_stages": s}
         if split != [1]:
             want = max(1, min(16, sms // max(1, nb * -(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]))))
             cfg["SPLIT_K"] = max(v for v in split if v <= want)
             cfg["PERSISTENT"] = False if cfg["SPLIT_K"] > 1 else persistent
+            cfg["EPILOGUE_SPLIT"] = 1 if cfg["SPLIT_K"] > 1 else cfg["EPILOGUE_SPLIT"]
         _add(space, seeds, cfg)
-    return Sketch(plan, space, tuple(seeds[:8]))
+    return Sketch(plan, space, tuple(seeds[:10]))
+
+
+def _tma_store_ok(plan: ContractionPlan, options: GenOptions) -> bool:
+    from .gen_contraction import tma_operands
+
+    if tma_operands(plan, options) is None or plan.out_index != (plan.m[0].var, plan.n[0].var):
+        return False
+    item = 4 if options.storage(plan.output) == "float32" else HALF_BYTES
+    return (plan.output.shape[-1] * item) % 16 == 0
 
 
 def _rows(plan: RowsPlan) -> Sketch:
