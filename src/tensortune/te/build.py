@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,13 +120,13 @@ def c_source(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tens
 
 
 def build(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tensor] | None = None,
-          target: str = "c", name: str = "kernel", compiler: Any = None,
-          defines: Mapping[str, Any] | None = None, threads: int | None = None) -> Kernel:
+          target: str = "c", name: str = "kernel", compiler: Any = None, threads: int | None = None) -> Kernel:
     """Compile a schedule (or, given tensors, their default schedule) into a `Kernel`.
     `args` orders the arguments (default: inputs, then outputs); `threads` fixes the
     number of threads of parallel loops (default: every core, or $OMP_NUM_THREADS)."""
-    if target not in ("c", "cpu", "llvm"):
-        raise TEError(f"unknown target {target!r}; tensortune.te builds for target='c'")
+    if target not in ("c", "cpu"):
+        raise TEError(f"te.build compiles C for the CPU (target='c'), not {target!r}; GPU kernels come from "
+                      "te.autoschedule(..., target='cuda')")
     if not isinstance(schedule, Schedule):
         schedule = Schedule(schedule)
     if not name.isidentifier():
@@ -139,7 +139,7 @@ def build(schedule: Schedule | Tensor | Sequence[Tensor], args: Sequence[Tensor]
             raise TEError(f"tensor {b.name!r} has 2**31 elements or more; indices are 32-bit")
     source = generate_c(func, threads)
     compiler = compiler or CCompiler()
-    library = compiler.compile(source, dict(defines or {}), FLAGS)
+    library = compiler.compile(source, {}, FLAGS)
     fn = load_function(library, name, [f"{b.dtype}*" for b in func.args], restype="int")
     tensors = {t.name: t for t in list(schedule.inputs) + list(schedule.outputs)}
     return Kernel(schedule, tuple(tensors[b.name] for b in func.args), func, source, Path(library), FLAGS, fn)
