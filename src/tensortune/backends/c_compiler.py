@@ -22,7 +22,7 @@ from typing import Any
 
 from ..measure import CandidateError, ErrorKind
 
-DEFAULT_FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-std=c11")
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-fopenmp", "-std=gnu11", "-ffp-contract=fast")
 
 _CTYPES = {
     "int": ctypes.c_int, "int32": ctypes.c_int32, "int64": ctypes.c_int64, "long": ctypes.c_long,
