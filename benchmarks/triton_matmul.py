@@ -159,6 +159,9 @@ def phase_tensortune(opts):
             "strategy": tuning.final.extra.get("strategy"), "confidence": tuning.final.extra.get("confidence"),
             "compile_seconds_total": round(sum(r.compile_seconds for r in history), 2),
             "measure_seconds_total": round(sum(r.run_seconds for r in history), 2),
+            "first_result_seconds": tuning.final.extra.get("first_result_seconds"),
+            "search_seconds": tuning.final.extra.get("search_seconds"),
+            "tuning_seconds": tuning.final.extra.get("tuning_seconds"),
             "isolated": any("device" in r.extra for r in history)}
 
 
@@ -262,39 +265,59 @@ def phase_second(opts):
 
 def replay(opts):
     """Replay the exhaustive measurements of a run (--replay DB) to score strategies at a
-    budget over many seeds, on the CPU: best found / grid best (1.0 = the best found)."""
+    budget over many seeds, on the CPU: best found / grid best (1.0 = the best found).
+
+    Cold: every shape alone. Sequential: the shapes tuned one after another into one
+    database, each starting from the nearest tuned shapes' best (what the decorator does).
+    """
     from tensortune.db import Database, Target
-    from tensortune.measure import MeasureResult
-    from tensortune.space import Config
     from tensortune.frontends.triton.configs import space_of_triton_configs
+    from tensortune.frontends.triton.keys import TuningKey
+    from tensortune.frontends.triton.seeding import Seeded, seed_configs
+    from tensortune.measure import MeasureResult
+    from tensortune.search import create_strategy
     from tensortune.tuner import Tuner
 
-    db = Database(opts.replay)
+    source = Database(opts.replay)
     space, _ = space_of_triton_configs(configs(opts.grid))
+    target = Target.make("replay", "x")
+    shapes = []
+    for w, n, _ in source.workloads():
+        recs = [r for r in source.records(w) if not r.extra.get("final")]
+        if recs:
+            table = {r.config: r.to_result() for r in recs}
+            shapes.append((w, table, min(r.time for r in table.values())))
+
+    class Replay:
+        def __init__(self, table):
+            self.table = table
+
+        def run(self, builds):
+            for b in builds:
+                r = self.table[b.config]
+                yield MeasureResult(b.config, r.times, r.error, r.message)
+
     rows = {}
-    for w, n, _ in db.workloads():
-        recs = [r for r in db.records(w) if not r.extra.get("final")]
-        if not recs:
-            continue
-        table = {r.config: r.to_result() for r in recs}
-        best = min(r.time for r in table.values())
-        shape = "x".join(str(w.key[k]) for k in ("M", "N", "K"))
-
-        class Replay:
-            def run(self, builds):
-                for b in builds:
-                    r = table.get(b.config) or MeasureResult.failed(b.config, "invalid", "not measured")
-                    yield MeasureResult(b.config, r.times, r.error, r.message)
-
+    for mode in ("cold", "sequential"):
         for strategy in opts.strategies:
-            scores = []
+            scores = {}
             for seed in range(opts.repeats):
-                result = Tuner(space, Replay(), workload=w, target=Target.make("replay", "x"), db=None,
-                               strategy=strategy, budget=opts.budget_run, seed=seed, batch_size=8,
-                               progress=False).run()
-                scores.append(best / result.best_time)
-            rows.setdefault(shape, {})[strategy] = {"mean": statistics.mean(scores), "min": min(scores),
-                                                    "within_2pct": sum(s >= 1 / 1.02 for s in scores) / len(scores)}
+                db = Database(":memory:")
+                for w, table, best in shapes:
+                    strat = create_strategy(strategy, space, seed=seed, budget=opts.budget_run)
+                    if mode == "sequential":
+                        key = TuningKey.from_dict(("M", "N", "K"), w.key)
+                        seeds = seed_configs(db, w, target, key, space, limit=max(1, opts.budget_run // 4))
+                        strat = Seeded(strat, seeds) if seeds else strat
+                    result = Tuner(space, Replay(table), workload=w, target=target, db=db, strategy=strat,
+                                   budget=opts.budget_run, seed=seed, batch_size=8, progress=False).run()
+                    shape = "x".join(str(w.key[k]) for k in ("M", "N", "K"))
+                    scores.setdefault(shape, []).append(best / result.best_time)
+            for shape, ss in scores.items():
+                rows.setdefault(mode, {}).setdefault(shape, {})[strategy] = {
+                    "mean": round(statistics.mean(ss), 4), "min": round(min(ss), 4),
+                    "within_2pct": sum(x >= 1 / 1.02 for x in ss) / len(ss)}
+            print(mode, strategy, {s: rows[mode][s][strategy] for s in scores}, file=sys.stderr, flush=True)
     print(json.dumps(rows, indent=1))
     return rows
 

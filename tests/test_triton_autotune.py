@@ -280,3 +280,19 @@ def test_isolated_worker_measures_candidates_and_records_failures(tmp_path):
     assert by_block_k[(16, 1)].error is ErrorKind.WRONG_RESULT
     assert by_block_k[(16, 0)].ok and by_block_k[(16, 0)].extra["device"] == "cpu"  # measured in the worker
     assert k.best_config["BUG"] is None  # a name only some configurations set is None in the others
+
+
+def test_a_budgeted_search_starts_from_the_nearest_tuned_keys_best(tmp_path):
+    configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (16, 32, 64, 128) for w in (1, 2, 4)]
+    timer = FakeTimer(lambda c: abs(c["BLOCK"] - 64) + c["num_warps"])  # best: BLOCK 64, 1 warp
+    make = tt.autotune(configs=configs, key=["n"], timer=timer, settings=settings(tmp_path))
+    k = make(scale_inplace_kernel)
+    k.tune(torch.randn(100), 100, 2.0, grid=(8,))  # the whole list
+    assert k.best_config["BLOCK"] == 64 and k.best_config["num_warps"] == 1
+    timer.calls.clear()
+    k2 = tt.autotune(configs=configs, key=["n"], timer=timer, budget=3, strategy="random",
+                     settings=settings(tmp_path))(scale_inplace_kernel)
+    k2.tune(torch.randn(1000), 1000, 2.0, grid=(8,))
+    (tuning,) = k2.tunings.values()
+    assert tuning.result.trials == 3 and tuning.final.extra["strategy"] == "random+seeded"
+    assert timer.calls[0] == {"BLOCK": 64, "num_warps": 1, "num_stages": 3}  # measured first

@@ -47,7 +47,7 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
              settings: Any = None, tolerance: "float | Mapping[str, float] | None" = None,
              check_inputs: str = "random", distributed: str = "auto", seed: int = 0, name: str | None = None,
              progress: bool | None = None, builder: Any = None, isolate: bool | None = None,
-             compile_jobs: int | None = None) -> Callable[[Any], AutotunedKernel]:
+             compile_jobs: int | None = None, warm_start: bool = True) -> Callable[[Any], AutotunedKernel]:
     """Decorate a `@triton.jit` function so that each launch uses the best configuration
     for its key.
 
@@ -74,6 +74,8 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
     - `check_inputs`: "random" (float tensors refilled with random values for tuning)
       or "given" (copies of the caller's values).
     - `distributed`: "auto"/"broadcast" (rank 0 decides for all), "shared-db", "off".
+    - `warm_start`: a search whose budget does not cover the space first measures the
+      best configurations recorded for the nearest tuned keys of this kernel.
     - `isolate`: measure in an isolated worker process (default: on a GPU, whenever the
       launch can be described; see `isolated.py`); `compile_jobs`: processes compiling
       candidates ahead of time (default: one per core); `builder`: your own
@@ -89,7 +91,7 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
         do_bench=do_bench, strategy=strategy, reference=reference, bucket=bucket, on_new_key=on_new_key,
         timer=timer, db=db, settings=settings, tolerance=tolerance, check_inputs=check_inputs,
         distributed=distributed, seed=seed, name=name, progress=progress, builder=builder, isolate=isolate,
-        compile_jobs=compile_jobs)
+        compile_jobs=compile_jobs, warm_start=warm_start)
 
     def decorator(fn: Any) -> AutotunedKernel:
         if not callable(getattr(fn, "run", None)):

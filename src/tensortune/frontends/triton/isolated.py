@@ -145,7 +145,31 @@ def parallel_builder(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     builder = triton_builder(ref, compile_args(args), target=target, jobs=jobs, stream=stream)
     if kwargs:
         builder.compile_fn = functools.partial(compile_with, dict(kwargs), builder.compile_fn)
-    return builder
+    return LargestFirst(builder)
+
+
+def compile_cost(config: Config) -> float:
+    """A guess at how long a configuration takes to compile: larger tiles, more stages and
+    warps take longer (used only to order the compile queue)."""
+    import math
+
+    return sum(math.log2(v) for v in config.values() if isinstance(v, (int, float)) and not isinstance(v, bool)
+               and v > 1)
+
+
+class LargestFirst:
+    """Hands a batch to the parallel compiler slowest-looking first, so the last compiles
+    to finish are short ones and the pool does not idle behind one long compile."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.jobs = getattr(inner, "jobs", 1)
+
+    def build(self, configs: Sequence[Config]) -> Any:
+        return self.inner.build(sorted(configs, key=compile_cost, reverse=True))
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def gpu_runner(kernel: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any],

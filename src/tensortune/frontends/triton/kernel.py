@@ -19,6 +19,7 @@ Example (with TRITON_INTERPRET=1; see docs/triton.md):
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -39,7 +40,7 @@ from .records import nearest_config, recorded_config, settled_config
 from .runner import Candidate, Hooks, LaunchRunner
 from .source import base_function, kernel_name, kernel_source
 from .target import current_target
-from .timing import DoBenchTimer, confirm_timer, resolve_timer
+from .timing import confirm_timer, resolve_timer
 from .tuning import KeyTuning, default_budget, tune_key
 
 
@@ -226,17 +227,34 @@ class AutotunedKernel(KernelInterface):
         size = space.size if space.size_is_exact else 10**9
         budget = budget or o.budget or default_budget(size, o.listed)
         progress = ctx.settings.progress and not self.interpreted if o.progress is None else o.progress
+        strategy = self._strategy(strategy or o.strategy, key, workload, space, budget)
         runner, builder = self._measurement(cands, args, kwargs, grid)
         try:
             result = tune_key(space, runner, workload=workload, target=ctx.target, db=ctx.db, budget=budget,
-                              strategy=strategy or o.strategy, seed=o.seed, builder=builder, progress=progress,
+                              strategy=strategy, seed=o.seed, builder=builder, progress=progress,
                               description=f"{self.base_fn.__name__} {key.as_dict()}")
-        finally:
-            for part in (runner, builder):
-                if part is not o.builder and callable(getattr(part, "close", None)):
-                    part.close()
+        finally:  # worker processes exit in the background: nobody waits for their teardown
+            parts = [p for p in (runner, builder) if p is not o.builder and callable(getattr(p, "close", None))]
+            if parts:
+                threading.Thread(target=_close_all, args=(parts,), daemon=True).start()
         self.tunings[key] = result
         return result
+
+    def _strategy(self, strategy: Any, key: TuningKey, workload: Workload, space: Space, budget: Any) -> Any:
+        """The strategy, started from the nearest tuned keys' best configurations when the
+        budget does not cover the space (`warm_start`)."""
+        from ...search import create_strategy
+        from .seeding import Seeded, seed_configs
+
+        size = space.size if space.size_is_exact else math.inf
+        if not self.options.warm_start or budget.trials is None or budget.trials >= size:
+            return strategy
+        ctx = self.context()
+        seeds = seed_configs(ctx.db, workload, ctx.target, key, space, limit=max(1, budget.trials // 4))
+        if not seeds:
+            return strategy
+        inner = create_strategy(strategy, space, seed=self.options.seed, budget=budget.trials)
+        return Seeded(inner, seeds)
 
     def _measurement(self, cands: "_Candidates", args: tuple[Any, ...], kwargs: dict[str, Any],
                      grid: Any) -> tuple[Any, Any]:
@@ -311,6 +329,7 @@ class AutotunedKernel(KernelInterface):
             for raw in [r for r, x in self._decisions.items() if x.key == key]:
                 del self._decisions[raw]  # in place: launch closures hold this dict
             self.pending.pop(key, None)
+            self.best_config = d.config
         return d
 
     def tune_pending(self) -> list[Decision]:
@@ -338,6 +357,14 @@ class AutotunedKernel(KernelInterface):
 
     def __repr__(self) -> str:
         return f"AutotunedKernel({self.name}, key={self.keys})"
+
+
+def _close_all(parts: list[Any]) -> None:
+    for part in parts:
+        try:
+            part.close()
+        except Exception:  # noqa: BLE001 - a worker that will not close is killed at exit
+            pass
 
 
 _KERNELS: "weakref.WeakSet[AutotunedKernel]" = weakref.WeakSet()
@@ -407,4 +434,4 @@ def _materialize(values: tuple[Any, ...]) -> tuple[Any, ...]:
                  if isinstance(v, _TensorSpec) else v for v in values)
 
 
-__all__ = ["AutotunedKernel", "Decision", "DoBenchTimer"]
+__all__ = ["AutotunedKernel", "Decision", "all_kernels"]

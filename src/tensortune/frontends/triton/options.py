@@ -53,6 +53,7 @@ class AutotuneOptions:
     builder: Any = None
     isolate: bool | None = None  # None: isolated on a GPU when the launch can be described
     compile_jobs: int | None = None
+    warm_start: bool = True  # a budget-limited search starts from the nearest tuned keys' best
 
     @property
     def listed(self) -> bool:

@@ -15,6 +15,7 @@ Example (under TRITON_INTERPRET=1 see tests/test_triton_autotune.py):
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,20 +56,30 @@ def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: 
     covers = budget.trials is not None and budget.trials >= size
     if batch_size is None:
         batch_size = int(budget.trials) if covers and budget.trials else 8
+    start = time.perf_counter()
+    first: list[float] = []
+
+    def on_result(r: MeasureResult) -> None:
+        if not first:
+            first.append(time.perf_counter() - start)
+
     tuner = Tuner(space, runner, workload=workload, target=target, db=db, builder=builder,
                   strategy=strategy, budget=budget, seed=seed, batch_size=batch_size, progress=progress,
-                  description=description or workload.name)
+                  description=description or workload.name, callbacks=[on_result])
     result = tuner.run()
     ok = [r for r in result.history if r.ok]
     if not ok:
         raise TuningFailed(_failure_report(workload, result))
+    searched = time.perf_counter() - start
     final = _confirm(runner, ok, enabled=confirm)
     final = MeasureResult(final.config, final.times, compile_seconds=final.compile_seconds,
                           run_seconds=final.run_seconds,
                           extra={**final.extra, "final": True, "trials": result.trials,
                                  "reused": result.reused, "failures": result.failures,
                                  "strategy": tuner.strategy.name or "custom",
-                                 "tuning_seconds": round(result.seconds, 3)})
+                                 "first_result_seconds": round(first[0], 3) if first else None,
+                                 "search_seconds": round(searched, 3),
+                                 "tuning_seconds": round(time.perf_counter() - start, 3)})
     db.add(workload, target, final, strategy=tuner.strategy.name, session=result.session)
     return KeyTuning(final.config, result, final)
 
