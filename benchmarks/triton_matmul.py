@@ -396,21 +396,32 @@ def orchestrate(opts):
         save()
         print("triton.autotune", shape, results["triton"][shape], flush=True)
 
-    exhaustive(shapes[0])
-    if shapes[0] in triton_shapes:
-        with_triton(shapes[0])
-    for shape in shapes[1:]:
+    exhaustive_shapes = opts.exhaustive_shapes if opts.exhaustive_shapes is not None else shapes
+    earlier = json.loads(Path(opts.grid_best_from).read_text()) if opts.grid_best_from else {}
+    results["sequential_budget"] = opts.sequential
+    if exhaustive_shapes:
+        exhaustive(exhaustive_shapes[0])
+    if exhaustive_shapes and exhaustive_shapes[0] in triton_shapes:
+        with_triton(exhaustive_shapes[0])
+    for shape in exhaustive_shapes[1:]:
         exhaustive(shape)
-    for shape in shapes:  # budget-limited, default strategy, empty records (compiled kernels on disk)
+    for shape in shapes:  # budget-limited, default strategy (compiled kernels on disk)
+        db = work / ("budget.db" if opts.sequential else f"budget-{shape}.db")  # sequential: one database
         results["budget32"][shape] = run_phase("tensortune", {**env, "TRITON_CACHE_DIR": str(merged)}, log,
-                                               min(120, left()), shape=shape, db=work / f"budget-{shape}.db",
-                                               budget=opts.budget_run, **common)
+                                               min(120, left()), shape=shape, db=db, budget=opts.budget_run,
+                                               **common)
         save()
         print("budget", shape, results["budget32"][shape], flush=True)
-    results["second_process"] = run_phase("second", {**env, "TRITON_CACHE_DIR": str(merged)}, log, min(120, left()),
-                                          shapes=shapes, db=work / "exhaustive.db", **common)
+    if exhaustive_shapes:
+        results["second_process"] = run_phase("second", {**env, "TRITON_CACHE_DIR": str(merged)}, log,
+                                              min(120, left()), shapes=exhaustive_shapes, db=work / "exhaustive.db",
+                                              **common)
     save()
-    picks = {s: {"tensortune": results["tensortune"][s].get("best"), "budget32": results["budget32"][s].get("best"),
+    grid_best = {s: results["tensortune"].get(s, {}).get("best") or earlier.get("tensortune", {}).get(s, {}).get("best")
+                 for s in shapes}
+    results["grid_best_from"] = {s: "this run" if s in results["tensortune"] else opts.grid_best_from
+                                 for s in shapes}
+    picks = {s: {"tensortune": grid_best[s], "budget32": results["budget32"][s].get("best"),
                  "triton.autotune": results["triton"].get(s, {}).get("best")} for s in shapes}
     results["compare"] = run_phase("compare", {**env, "TRITON_CACHE_DIR": str(merged)}, log, min(180, left()),
                                    picks=json.dumps(picks), **common)
@@ -450,7 +461,7 @@ def print_table(r):
         grid_best, b32 = c.get("tensortune", {}).get("seconds"), c.get("budget32", {}).get("seconds")
         tf, cu = c.get("tensortune", {}).get("tflops"), c.get("cublas", {}).get("tflops")
         t.add_row(s, f"{tri['seconds']:.1f}" if "seconds" in tri else "not run",
-                  f"{tt_['seconds']:.1f}" if "seconds" in tt_ else "error", speed,
+                  f"{tt_['seconds']:.1f}" if "seconds" in tt_ else "not run", speed,
                   f"{b32 / grid_best:.3f}" if grid_best and b32 else "-",
                   f"{tf:.0f}" if tf else "-", f"{cu:.0f}" if cu else "-", f"{tf / cu:.2f}" if tf and cu else "-")
     Console(width=160).print(t)
@@ -478,6 +489,10 @@ def main():
     p.add_argument("--deadline", type=float, default=570.0, help="seconds for the whole run")
     p.add_argument("--triton-seconds", type=float, default=200.0,
                    help="start a triton.autotune phase only with this much time left")
+    p.add_argument("--exhaustive-shapes", nargs="*", help="shapes to tune exhaustively (default: all)")
+    p.add_argument("--grid-best-from", help="JSON of an earlier run: grid best of shapes not tuned exhaustively")
+    p.add_argument("--sequential", action="store_true",
+                   help="budget runs tune the shapes one after another into one database (warm start)")
     p.add_argument("--replay", help="score strategies on the measurements in this database (CPU)")
     p.add_argument("--strategies", nargs="+", default=["auto", "random"])
     p.add_argument("--repeats", type=int, default=20)
