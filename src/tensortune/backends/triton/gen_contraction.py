@@ -27,13 +27,16 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from ...te.dtype import is_float
-from ...te.expr import Cast, Const, Expr, Select, TensorRead
-from .exprgen import TL_TYPES, Emitter
+from ...te.expr import Cast, Const, Expr, Select, TensorRead, Var
+from ...te.tensor import Tensor, placeholder
+from ...te.visit import map_expr, reads
+from .exprgen import INT32_LIMIT, TL_TYPES, Emitter
 from .patterns import ACC, ContractionPlan
 from .source import (ALLOCATOR_HELPER, NUM_SMS_HELPER, CodegenError, GenOptions, KernelSource, cdiv, decompose, indent, kernel_args,
                      module_text, names_of, ranges_of, shapes_of)
@@ -91,9 +94,67 @@ def tma_operands(plan: ContractionPlan, options: GenOptions) -> tuple[TensorRead
     return a, b
 
 
+def relayout_targets(plan: ContractionPlan) -> list[tuple[Tensor, int]]:
+    """Inputs a windowed contraction (a convolution) gathers along a dimension that is not
+    their last, with that dimension indexed by an inner reduce variable (NCHW data and
+    KCRS weights along C): copied first with that dimension last, the gathers become
+    contiguous along K (vector loads, asynchronous copies)."""
+    if not plan.window:
+        return []
+    inner = {a.var for a in plan.k}
+    found: dict[int, tuple[Tensor, int]] = {}
+    for factor in (plan.factor_a, plan.factor_b):
+        for r in reads(factor):
+            t = r.tensor
+            dims = [d for d, ix in enumerate(r.indices) if isinstance(ix, Var) and ix in inner]
+            if t.op is not None or len(dims) != 1 or dims[0] == t.ndim - 1:
+                continue
+            if id(t) in found and found[id(t)][1] != dims[0]:
+                return []
+            found[id(t)] = (t, dims[0])
+    return list(found.values())
+
+
+def _relayout(plan: ContractionPlan, targets: list[tuple[Tensor, int]]) -> tuple[ContractionPlan, list[Tensor]]:
+    copies = []
+    swap: dict[int, tuple[Tensor, int]] = {}
+    for t, d in targets:
+        shape = t.shape[:d] + t.shape[d + 1:] + (t.shape[d],)
+        copy = placeholder(shape, t.dtype, f"{t.name}__last{d}")
+        copies.append(copy)
+        swap[id(t)] = (copy, d)
+
+    def rewrite(x: Expr) -> Expr | None:
+        if isinstance(x, TensorRead) and id(x.tensor) in swap:
+            copy, d = swap[id(x.tensor)]
+            return TensorRead(copy, x.indices[:d] + x.indices[d + 1:] + (x.indices[d],))
+        return None
+
+    return dataclasses.replace(plan, factor_a=map_expr(plan.factor_a, rewrite),
+                               factor_b=map_expr(plan.factor_b, rewrite)), copies
+
+
+def _relayout_kernel(i: int, t: Tensor, d: int) -> tuple[str, tuple[int, int, int]]:
+    """A tiled copy [P, C, Q] -> [P, Q, C]: loads along Q, stores along C."""
+    p, cdim, q = math.prod(t.shape[:d]), t.shape[d], math.prod(t.shape[d + 1:])
+    if p > 65535 or p * cdim * q > INT32_LIMIT:
+        raise CodegenError(f"relayout of {t.name} {list(t.shape)}: too large for one launch")
+    bq, bc = 64, min(64, max(16, 1 << (cdim - 1).bit_length()))
+    mask = [m for m, even in ((f"(rc < {cdim})[:, None]", cdim % bc == 0), (f"(rq < {q})[None, :]", q % bq == 0))
+            if not even]
+    margs = f", mask={' & '.join(mask)}" if mask else ""
+    body = ["pq = tl.program_id(0)", "pc = tl.program_id(1)", "pp = tl.program_id(2)",
+            f"rq = pq * {bq} + tl.arange(0, {bq})", f"rc = pc * {bc} + tl.arange(0, {bc})",
+            f"x = tl.load(p_src + pp * {cdim * q} + rc[:, None] * {q} + rq[None, :]{margs})",
+            f"tl.store(p_dst + pp * {cdim * q} + rq[None, :] * {cdim} + rc[:, None], x{margs})"]
+    text = "@triton.jit\n" + f"def tt_relayout{i}(p_src, p_dst):\n" + "\n".join(indent(body, 1))
+    return text, (cdiv(q, bq), cdiv(cdim, bc), p)
+
+
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
     c = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 1, "PERSISTENT": False,
-         "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "num_warps": 4, "num_stages": 3}
+         "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "RELAYOUT": False, "num_warps": 4,
+         "num_stages": 3}
     unknown = set(config) - set(c)
     if unknown:
         raise CodegenError(f"unknown contraction parameter(s) {sorted(unknown)}; known: {sorted(c)}")
@@ -127,6 +188,18 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
     precision = ""
     if feed == "float32":
         precision = f', input_precision="{"tf32" if options.allow_tf32 and dtype == "float32" else "ieee"}"'
+    targets = relayout_targets(plan) if c["RELAYOUT"] else []
+    if c["RELAYOUT"] and not targets:
+        raise CodegenError("RELAYOUT applies to windowed contractions (convolutions) gathering along a dimension "
+                           "that is not the last")
+    if c["RELAYOUT"] and c["TMA"]:
+        raise CodegenError("RELAYOUT is not combined with TMA")
+    copies: list[Tensor] = []
+    if targets:
+        plan, copies = _relayout(plan, targets)
+        for i, (copy, (t, _)) in enumerate(zip(copies, targets)):
+            pointers[copy.name] = f"p_rl{i}"
+            storage[copy.name] = storage[t.name]
     grid_m, grid_n = cdiv(m, bm), cdiv(n, bn)
     tiles = grid_m * grid_n
     k_inner = math.prod(a.extent for a in plan.k)
@@ -229,7 +302,8 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
         if tma_store:
             descriptors.append(f"c_desc = tl.make_tensor_descriptor({out_arg.pointer}, shape=[{m}, {n}], "
                                f"strides=[{n}, 1], block_shape=[{bm}, {bn // halves}])")
-    params = ", ".join([a.pointer for a in args] + (["p_ws"] if split > 1 else []))
+    rl_params = [f"p_rl{i}" for i in range(len(copies))]
+    params = ", ".join([a.pointer for a in args] + rl_params + (["p_ws"] if split > 1 else []))
     body: list[str] = list(descriptors)
     if c["PERSISTENT"]:
         body += [f"for tile in tl.range(tl.program_id(0), {tiles * nb}, tl.num_programs(0), flatten=True):",
@@ -242,9 +316,19 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
     kernels = ["@triton.jit\n" + f"def tt_contraction({params}):\n" + "\n".join(indent(body, 1))]
     names = ["tt_contraction"]
     opts = f"num_warps={c['num_warps']}, num_stages={c['num_stages']}"
-    call_args = ", ".join(a.pointer for a in args)
+    call_args = ", ".join([a.pointer for a in args] + [f"rl{i}" for i in range(len(copies))])
     launch: list[str] = ["triton.set_allocator(_scratch_allocator(" + out_arg.pointer + "))"] if tma else []
     pre: list[str] = []
+    warm_rl: list[str] = []
+    for i, (copy, (t, d)) in enumerate(zip(copies, targets)):
+        text, grid = _relayout_kernel(i, t, d)
+        kernels.append(text)
+        names.append(f"tt_relayout{i}")
+        src = pointers[t.name]
+        launch += [f"rl{i} = torch.empty({math.prod(copy.shape)}, dtype={src}.dtype, device={src}.device)",
+                   f"tt_relayout{i}[{grid}]({src}, rl{i}, num_warps=4, num_stages=1)"]
+        pre += [f"rl{i} = {src}"]  # precompile gets dtypes: the copy has its source's
+        warm_rl.append(f"tt_relayout{i}.warmup({src}, {src}, grid=(1,), num_warps=4, num_stages=1)")
     if c["PERSISTENT"]:
         launch += [f"grid = (min({tiles * nb}, _num_sms({out_arg.pointer})),)"]
     else:
@@ -255,12 +339,14 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
                    f"tt_contraction[grid]({call_args}, ws, {opts})",
                    f"tt_splitk[({cdiv(total, SPLITK_BLOCK)},)]({call_args}, ws, num_warps=4, num_stages=1)"]
         pre += [f"return [tt_contraction.warmup({call_args}, torch.float32, grid=(1,), {opts}),",
-                f"        tt_splitk.warmup({call_args}, torch.float32, grid=(1,), num_warps=4, num_stages=1)]"]
+                f"        tt_splitk.warmup({call_args}, torch.float32, grid=(1,), num_warps=4, num_stages=1)"
+                + "".join(f", {w}" for w in warm_rl) + "]"]
         kernels.append(_splitk_kernel(plan, args, pointers, storage, ranges, split, params))
         names.append("tt_splitk")
     else:
         launch += [f"tt_contraction[grid]({call_args}, {opts})"]
-        pre += [f"return [tt_contraction.warmup({call_args}, grid=(1,), {opts})]"]
+        pre += [f"return [tt_contraction.warmup({call_args}, grid=(1,), {opts})" + "".join(f", {w}" for w in warm_rl)
+                + "]"]
     helpers = (NUM_SMS_HELPER if c["PERSISTENT"] else []) + (ALLOCATOR_HELPER if tma else [])
     text = module_text(plan, c, kernels, launch, pre, args, helpers)
     return KernelSource(text, tuple(a.name for a in args), tuple(a.dtype for a in args), tuple(names), c)

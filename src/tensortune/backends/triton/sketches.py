@@ -4,7 +4,9 @@ A contraction is tiled in BLOCK_M x BLOCK_N (each at most the next power of two 
 extent), with a BLOCK_K reduction step, GROUP_M grouped launch order, EPILOGUE_SPLIT
 (the epilogue in two column halves), num_warps and num_stages; SPLIT_K joins when the tiles alone cannot fill the GPU's multiprocessors and
 K is long, PERSISTENT when there are more tiles than multiprocessors. Constraints keep
-the pipelined tiles within shared memory and the accumulator within registers.
+the pipelined tiles within shared memory and the accumulator within registers. A
+convolution may copy its NCHW/KCRS inputs channels-last first (RELAYOUT), so its
+gathers load along the reduction.
 A rows kernel chooses BLOCK_R rows per program and a BLOCK_C column chunk (one pass when
 it covers the row); an elementwise kernel its BLOCK. `seeds` are rules-of-thumb points
 measured first, so the search starts from sensible kernels (as Ansor's sketch rules
@@ -60,7 +62,7 @@ def sketch(plan: GpuPlan, options: GenOptions | None = None, sms: int = H100_SMS
 
 
 def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch:
-    from .gen_contraction import dot_type, tma_operands
+    from .gen_contraction import dot_type, relayout_targets, tma_operands
 
     nb, m, n, k = plan.sizes
     k_inner = 1
@@ -86,6 +88,9 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         Ordinal("num_warps", [2, 4, 8]),
         Ordinal("num_stages", [2, 3, 4, 5]),
     ]
+    relayouts = [True, False] if relayout_targets(plan) else [False]
+    if relayouts != [False]:  # a parameter only where it can change something
+        params.append(Categorical("RELAYOUT", relayouts))
     constraints = [
         f"(BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * {item} * num_stages + TMA_STORE * BLOCK_M * BLOCK_N * {item} "
         f"// EPILOGUE_SPLIT <= {SHARED_BYTES}",
@@ -104,12 +109,14 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
                 (True, False, False), (False, True, True))  # (PERSISTENT, TMA, TMA_STORE)
     order = sorted(((t, v) for t in range(len(tiles)) for v in range(len(variants))), key=lambda p: (sum(p), p))
     seeds: list[Config] = []
-    for t, v in order:
+    for relayout, (t, v) in ((r, o) for o in order for r in relayouts):
         bm, bn, bk, w, s = tiles[t]
         persistent, tma, store = variants[v]
         cfg = {"BLOCK_M": min(bm, top_m), "BLOCK_N": min(bn, top_n), "BLOCK_K": min(bk, top_k), "GROUP_M": 8,
                "SPLIT_K": 1, "PERSISTENT": persistent, "TMA": tma, "TMA_STORE": store,
                "EPILOGUE_SPLIT": 2 if store else 1, "num_warps": w, "num_stages": s}
+        if "RELAYOUT" in space.names:
+            cfg["RELAYOUT"] = relayout
         if split != [1]:
             want = max(1, min(16, sms // max(1, nb * -(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]))))
             cfg["SPLIT_K"] = max(v for v in split if v <= want)
