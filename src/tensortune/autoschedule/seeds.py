@@ -13,7 +13,7 @@ Example:
     >>> from tensortune.autoschedule.holes import SketchSpace
     >>> sp = SketchSpace.of(workloads.matmul(256, 256, 256).outputs)
     >>> [(c["sketch"], c["C_tile_i"], c["C_tile_j"]) for c in register_tile_seeds(sp)][:3]
-    [('C:cache_write', (1, 1, 8), (1, 1, 32)), ('C:tile', (1, 1, 8), (1, 1, 32)), ('C:cache_write', (1, 1, 4), (1, 1, 64))]
+    [('C:cache_write', (1, 1, 6), (1, 1, 64)), ('C:tile', (1, 1, 6), (1, 1, 64)), ('C:cache_write', (1, 1, 12), (1, 1, 32))]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from ..te.visit import reads, walk
 from .holes import SketchSpace, hole
 from .sketch import CACHE_WRITE, TILE, TILE_LOCAL
 
-SHAPES = ((8, 32), (4, 64), (6, 32), (8, 16), (12, 32), (16, 16))  # (rows, vector elements)
+SHAPES = ((6, 64), (12, 32), (8, 32), (4, 64), (14, 32), (16, 16))  # (rows, vector elements): 16-28 registers
 MAX_SEEDS = 8
 
 
@@ -57,10 +57,10 @@ def register_tile_seeds(sp: SketchSpace, rng: np.random.Generator | None = None)
 
 
 def _shapes(sp: SketchSpace) -> list[tuple[int, int]]:
-    """SHAPES, plus four rows of the whole contiguous axis when it is short (56 wide)."""
+    """SHAPES, after six and four rows of the whole contiguous axis when it is short (56 wide)."""
     shapes = list(SHAPES)
     lasts = {sp.graph[p.stage].spatial[-1].extent for s in sp.sketches.values() for p in s.anchors()}
-    shapes[1:1] = [(4, e) for e in sorted(lasts) if e <= 64 and e not in (16, 32, 64)]
+    shapes[:0] = [(rows, e) for e in sorted(lasts) if e <= 64 and e not in (16, 32, 64) for rows in (6, 4)]
     return shapes
 
 
@@ -87,7 +87,7 @@ def _fill_anchor(sp: SketchSpace, values: dict, stage: str, shape: tuple[int, in
         name = hole(stage, f"tile_{a.name}")
         options = sp.space.params[sp.space.names.index(name)].values
         want = vec if k == len(spatial) - 1 else rows if k == rows_at else 1
-        pick = _closest(options, want, a.extent)
+        pick = _closest(options, want, a.extent, divisors_first=(k == len(spatial) - 1))
         if pick is None:
             return False
         values[name] = pick
@@ -96,15 +96,16 @@ def _fill_anchor(sp: SketchSpace, values: dict, stage: str, shape: tuple[int, in
         options = sp.space.params[sp.space.names.index(name)].values
         values[name] = (r.extent,) if r.extent <= 4 and (r.extent,) in options else options[0]
     values[hole(stage, "par")] = 1
-    values[hole(stage, "unroll")] = 512
+    values[hole(stage, "unroll")] = 0  # GCC unrolls and vectorizes such a nest well by itself (measured)
     if hole(stage, "at") in values:
         values[hole(stage, "at")] = 2
     return True
 
 
-def _closest(options, want: int, extent: int):
-    """(1, 1, f) with f the option nearest `want` (preferring divisors of the extent)."""
+def _closest(options, want: int, extent: int, divisors_first: bool):
+    """(1, 1, f) with f the option nearest `want`; for the vectorized axis a divisor of
+    the extent is preferred (a tail inside the vector loop is slow, a tail of rows is not)."""
     plain = [t for t in options if t[:-1] == (1,) * (len(t) - 1)]
     if not plain:
         return None
-    return min(plain, key=lambda t: (extent % t[-1] != 0, abs(t[-1] - want)))
+    return min(plain, key=lambda t: (divisors_first and extent % t[-1] != 0, abs(t[-1] - want)))
