@@ -296,3 +296,15 @@ def test_a_budgeted_search_starts_from_the_nearest_tuned_keys_best(tmp_path):
     (tuning,) = k2.tunings.values()
     assert tuning.result.trials == 3 and tuning.final.extra["strategy"] == "random+seeded"
     assert timer.calls[0] == {"BLOCK": 64, "num_warps": 1, "num_stages": 3}  # measured first
+
+
+def test_contenders_include_candidates_whose_fastest_run_is_near_the_best():
+    from tensortune.frontends.triton.tuning import contenders
+    from tensortune.measure import MeasureResult
+    from tensortune.space import Config
+
+    steady = MeasureResult(Config(B=1), (1.00, 1.01, 1.02))
+    late = MeasureResult(Config(B=2), (0.98, 1.30, 1.40))  # its median was inflated by a busy host
+    slow = MeasureResult(Config(B=3), (1.20, 1.21, 1.22))
+    got = contenders([steady, late, slow])
+    assert [r.config["B"] for r in got] == [2, 1] and got[0].time == 0.98
