@@ -214,7 +214,7 @@ def dispatch_overhead(opts):
     grid = grid_of(M, N)
     kernel[grid](*args)
     cfg = dict(kernel.best_config)
-    n = 2000 if not opts.cpu else 20
+    n = 500 if not opts.cpu else 5
 
     def per_launch(fn):
         synchronize(opts.cpu)
@@ -226,11 +226,59 @@ def dispatch_overhead(opts):
 
     direct = lambda: matmul_kernel[grid](*args, **cfg)  # noqa: E731
     tuned = lambda: kernel[grid](*args)  # noqa: E731
-    rounds = [(per_launch(direct), per_launch(tuned)) for _ in range(7)]
-    d = min(r[0] for r in rounds)
-    t = min(r[1] for r in rounds)
-    return {"direct_us": d * 1e6, "tuned_us": t * 1e6, "overhead_us": (t - d) * 1e6, "launches": n,
-            "shape": f"{M}x{N}x{K}"}
+    rounds = []
+    for i in range(30):  # alternate which goes first; the host's speed drifts between rounds
+        a, b = (direct, tuned) if i % 2 == 0 else (tuned, direct)
+        ta, tb = per_launch(a), per_launch(b)
+        rounds.append((ta, tb) if i % 2 == 0 else (tb, ta))
+    diffs = sorted(t - d for d, t in rounds)
+    q = lambda xs, f: xs[min(len(xs) - 1, int(f * len(xs)))]  # noqa: E731
+    return {"direct_us": statistics.median(d for d, _ in rounds) * 1e6,
+            "tuned_us": statistics.median(t for _, t in rounds) * 1e6,
+            "overhead_us": statistics.median(diffs) * 1e6, "overhead_p25_us": q(diffs, 0.25) * 1e6,
+            "overhead_p75_us": q(diffs, 0.75) * 1e6, "launches": n, "rounds": len(rounds), "shape": f"{M}x{N}x{K}"}
+
+
+def dispatch_stub(opts):
+    """The dispatch path alone: a tuned launch vs a direct launch of a launcher that does
+    nothing (no Triton runtime, no GPU), so only tensortune's own cost is left."""
+    import timeit
+
+    import torch
+    from triton.runtime.jit import KernelInterface
+
+    import tensortune as tt
+
+    class Stub(KernelInterface):
+        arg_names = matmul_kernel.arg_names
+
+        def run(self, *args, grid, warmup, **kwargs):
+            return None
+
+    stub = Stub()
+    a = torch.empty(4, 4, dtype=torch.float16)
+    args = (a, a, a, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1)
+    kernel = tt.autotune(configs(GRID)[:2], key=["M", "N", "K"], db=":memory:", timer=_StubTimer(),
+                         isolate=False, progress=False)(stub)
+    kernel.interpreted = True  # no GPU here: record it under the interpreter's (CPU) target
+    grid = (32, 32)
+    kernel[grid](*args)  # tunes the key (the stub "runs" in no time)
+    cfg = dict(kernel.best_config)
+    n = 100_000
+    rounds = [(min(timeit.repeat(lambda: stub[grid](*args, **cfg), number=n, repeat=3)) / n,
+               min(timeit.repeat(lambda: kernel[grid](*args), number=n, repeat=3)) / n) for _ in range(5)]
+    diffs = sorted(t - d for d, t in rounds)
+    out = {"direct_us": statistics.median(d for d, _ in rounds) * 1e6,
+           "tuned_us": statistics.median(t for _, t in rounds) * 1e6,
+           "overhead_us": statistics.median(diffs) * 1e6, "rounds": len(rounds), "calls_per_round": n}
+    print(json.dumps(out))
+    return out
+
+
+class _StubTimer:
+    def time(self, fn):
+        fn()
+        return (1e-3,)
 
 
 def phase_second(opts):
@@ -474,7 +522,8 @@ def print_table(r):
     d = cmp.get("dispatch")
     if d:
         print(f"dispatch ({d['shape']}): direct {d['direct_us']:.2f} us/launch, tuned {d['tuned_us']:.2f} us/launch, "
-              f"overhead {d['overhead_us']:.2f} us")
+              f"overhead {d['overhead_us']:.2f} us (median of {d.get('rounds', 7)} rounds"
+              + (f", IQR {d['overhead_p25_us']:.2f}..{d['overhead_p75_us']:.2f} us)" if "overhead_p25_us" in d else ")"))
 
 
 def main():
@@ -493,6 +542,8 @@ def main():
     p.add_argument("--grid-best-from", help="JSON of an earlier run: grid best of shapes not tuned exhaustively")
     p.add_argument("--sequential", action="store_true",
                    help="budget runs tune the shapes one after another into one database (warm start)")
+    p.add_argument("--dispatch-stub", action="store_true",
+                   help="measure the dispatch path alone, with a launcher that does nothing (any machine)")
     p.add_argument("--replay", help="score strategies on the measurements in this database (CPU)")
     p.add_argument("--strategies", nargs="+", default=["auto", "random"])
     p.add_argument("--repeats", type=int, default=20)
@@ -505,6 +556,9 @@ def main():
     opts.dtype = "float32" if opts.cpu else "float16"
     if opts.replay:
         replay(opts)
+        return
+    if opts.dispatch_stub:
+        dispatch_stub(opts)
         return
     if opts.phase:
         print(json.dumps(PHASES[opts.phase](opts), default=str))

@@ -96,6 +96,7 @@ class AutotunedKernel(KernelInterface):
         self._lock = threading.RLock()
         self._context: _Context | None = None
         self.name = options.name or kernel_name(fn)
+        self.short_name = getattr(self.base_fn, "__name__", self.name)
         self.interpreted = _is_interpreted(fn)
         self.tunings: dict[TuningKey, KeyTuning] = {}
         self.pending: dict[TuningKey, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
@@ -232,7 +233,7 @@ class AutotunedKernel(KernelInterface):
         try:
             result = tune_key(space, runner, workload=workload, target=ctx.target, db=ctx.db, budget=budget,
                               strategy=strategy, seed=o.seed, builder=builder, progress=progress,
-                              description=f"{self.base_fn.__name__} {key.as_dict()}")
+                              description=f"{self.short_name} {key.as_dict()}")
         finally:  # worker processes exit in the background: nobody waits for their teardown
             parts = [p for p in (runner, builder) if p is not o.builder and callable(getattr(p, "close", None))]
             if parts:

@@ -98,7 +98,7 @@ def tune_shapes(target: Any, shapes: Iterable[Mapping[str, Any]], *, budget: Any
         if isinstance(target, AutotunedKernel):
             if target.make_inputs is None:
                 raise TargetError(f"{target.name} cannot make its arguments from a shape; register a function "
-                                f"with @{target.base_fn.__name__}.inputs, or pass a function that launches it")
+                                f"with @{target.short_name}.inputs, or pass a function that launches it")
             grid, args, kwargs = _split_inputs(target.make_inputs(**shape))
             d = target.tune(*args, grid=grid, budget=budget, strategy=strategy, force=force, **kwargs)
             decided = [(target, d)]
