@@ -29,14 +29,18 @@ from tensortune.te import workloads  # noqa: E402
 SCRIPT = textwrap.dedent("""
     import json, sys, importlib.util
     import torch
+    from tensortune import te
     from tensortune.te import TEError, workloads
     from tensortune.db import Database
     from tensortune.backends.triton import autoschedule_cuda
 
     def main():
-        db_path, cache, saved = sys.argv[1:4]
+        db_path, cache, saved, via = sys.argv[1:5]
         w = workloads.matmul_bias_relu(24, 16, 40, "float16")
-        kernel = autoschedule_cuda(w, budget=4, db=db_path, cache_dir=cache, progress=False, seed=3)
+        if via == "te":  # the te entry point hands target="cuda" to the same function
+            kernel = te.autoschedule(w, target="cuda", budget=4, db=db_path, cache_dir=cache, progress=False)
+        else:
+            kernel = autoschedule_cuda(w, budget=4, db=db_path, cache_dir=cache, progress=False, seed=3)
         a, b, bias = torch.randn(24, 40).half(), torch.randn(40, 16).half(), torch.randn(16).half()
         want = torch.relu(a.float() @ b.float() + bias.float())
         err = float((kernel(a, b, bias).float() - want).abs().max() / want.abs().max())
@@ -64,12 +68,12 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def run_script(tmp_path, name):
+def run_script(tmp_path, name, via="backend"):
     script = tmp_path / "run_autoschedule.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, TRITON_INTERPRET="1", TENSORTUNE_PROGRESS="0")
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "records.db"), str(tmp_path / "cache"),
-                           str(tmp_path / name)], capture_output=True, text=True, env=env, timeout=600)
+                           str(tmp_path / name), via], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -82,7 +86,7 @@ def test_autoschedule_searches_records_and_rebuilds_from_the_database(tmp_path):
     assert any("takes 3 inputs" in p for p in first["problems"])
     assert any("built for torch.float16" in p for p in first["problems"])
     assert any("shape" in p for p in first["problems"])
-    second = run_script(tmp_path, "second.py")
+    second = run_script(tmp_path, "second.py", via="te")
     assert second["source"] == "database" and second["records"] == 4  # nothing measured again
     assert second["config"] == first["config"] and second["err"] < 1e-2
 
