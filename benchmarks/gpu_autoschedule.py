@@ -94,7 +94,8 @@ def suite(cpu: bool) -> list[Workload]:
         Workload(f"layer_norm {ln[0]}x{ln[1]}", lambda: workloads.layer_norm(*ln, dtype="float16"),
                  lambda x, g, b: F.layer_norm(x, (ln[1],), g, b, 1e-5), 32, True, 8.0 * ln[0] * ln[1],
                  half * (2 * ln[0] * ln[1] + 2 * ln[1])),
-        Workload(f"conv2d {n}x{c}x{h}x{w} k{k} 3x3", lambda: workloads.conv2d_nchw(n, c, h, w, k, 3, 3, 1, 1, "float16"),
+        Workload(f"conv2d {n}x{c}x{h}x{w} k{k} 3x3",
+                 lambda: workloads.conv2d_nchw(n, c, h, w, k, 3, 3, 1, 1, "float16"),
                  lambda x, wt: F.conv2d(x, wt, padding=1), 64, True, 2.0 * n * k * h * w * c * 9,
                  half * (n * c * h * w + k * c * 9 + n * k * h * w)),
     ]
@@ -238,7 +239,8 @@ def compare_phase(work: list[Workload], args: argparse.Namespace, report: dict[s
         report["compare"][wl.name] = row
         print(f"[compare] {wl.name}: tensortune {tt:.1f} us, eager {row['eager_us']:.1f} us"
               + (f", compile {row['compile_us']:.1f} us / no-cudagraphs {row['compile_nocg_us']:.1f} us "
-               f"(compile {row['compile_seconds']} s)" if "compile_us" in row else "") + f"; errors tt {row['error_tensortune_vs_fp32']:.2e}", flush=True)
+               f"(compile {row['compile_seconds']} s)" if "compile_us" in row else "")
+              + f"; errors tt {row['error_tensortune_vs_fp32']:.2e}", flush=True)
         write(args, report)
 
 

@@ -77,7 +77,8 @@ CASES = [
      {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "SPLIT_K": 3}),
     ("matmul-tma", lambda: workloads.matmul(40, 24, 48, "float16").output,
      {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "TMA": True, "PERSISTENT": True}),
-    ("matmul-fp32", lambda: workloads.matmul(24, 20, 36, "float32").output, {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+    ("matmul-fp32", lambda: workloads.matmul(24, 20, 36, "float32").output,
+     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
     ("batch-matmul", lambda: workloads.batch_matmul(3, 20, 24, 40, "float16").output,
      {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
     ("matmul-bias-relu", lambda: workloads.matmul_bias_relu(40, 24, 48, "float16").output,
@@ -173,7 +174,8 @@ def test_bad_configuration_is_a_codegen_error():
 
 def test_torch_reference_matches_numpy_interpreter():
     for comp in (workloads.matmul_bias_relu(6, 5, 7), workloads.conv2d_nchw(2, 3, 7, 7, 4, 3, 3, 2, 1),
-                 workloads.softmax(4, 9), workloads.layer_norm(3, 10), workloads.depthwise_conv2d_nchw(1, 2, 5, 5, 3, 3, 1, 1)):
+                 workloads.softmax(4, 9), workloads.layer_norm(3, 10),
+                 workloads.depthwise_conv2d_nchw(1, 2, 5, 5, 3, 3, 1, 1)):
         rng = np.random.default_rng(3)
         arrays = {t.name: rng.standard_normal(t.shape).astype("float32") for t in comp.inputs}
         got = torch_evaluate(comp.output, {k: torch.from_numpy(v) for k, v in arrays.items()}).numpy()

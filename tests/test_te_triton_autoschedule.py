@@ -105,7 +105,8 @@ def test_wrong_and_ungeneratable_candidates_are_recorded_as_such(tmp_path):
     path = gen.path(wrong)  # the second candidate skips the last block of K
     assert "for it in range(0, 3):" in path.read_text()
     path.write_text(path.read_text().replace("range(0, 3)", "range(0, 2)"))
-    specs = (TensorArg((32, 48), "float16"), TensorArg((48, 16), "float16"), TensorArg((32, 16), "float16", output=True))
+    specs = (TensorArg((32, 48), "float16"), TensorArg((48, 16), "float16"),
+             TensorArg((32, 16), "float16", output=True))
     task = GpuTask(GeneratedLaunch(gen.directory, gen.prefix), specs, reference=TorchReference(out, ("A", "B")),
                    device="cpu", timer=CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0,
                                                  min_repeats=1, max_repeats=1, estimate_repeats=1, flush_l2=False))

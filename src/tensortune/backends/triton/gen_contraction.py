@@ -27,19 +27,18 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from ...te.dtype import is_float
-from ...te.expr import Cast, Const, Expr, Select, TensorRead, Var
-from ...te.tensor import Tensor, placeholder
-from ...te.visit import map_expr, reads
-from .exprgen import INT32_LIMIT, TL_TYPES, Emitter
+from ...te.expr import Cast, Const, Expr, Select, TensorRead
+from ...te.tensor import Tensor
+from .exprgen import TL_TYPES, Emitter
 from .patterns import ACC, ContractionPlan
-from .source import (ALLOCATOR_HELPER, NUM_SMS_HELPER, CodegenError, GenOptions, KernelSource, cdiv, decompose, indent, kernel_args,
-                     module_text, names_of, ranges_of, shapes_of)
+from .relayout import relayout, relayout_kernel, relayout_targets
+from .source import (ALLOCATOR_HELPER, NUM_SMS_HELPER, CodegenError, GenOptions, KernelSource, cdiv, decompose,
+                     indent, kernel_args, module_text, names_of, ranges_of, shapes_of)
 
 SPLITK_BLOCK = 1024
 
@@ -94,63 +93,6 @@ def tma_operands(plan: ContractionPlan, options: GenOptions) -> tuple[TensorRead
     return a, b
 
 
-def relayout_targets(plan: ContractionPlan) -> list[tuple[Tensor, int]]:
-    """Inputs a windowed contraction (a convolution) gathers along a dimension that is not
-    their last, with that dimension indexed by an inner reduce variable (NCHW data and
-    KCRS weights along C): copied first with that dimension last, the gathers become
-    contiguous along K (vector loads, asynchronous copies)."""
-    if not plan.window:
-        return []
-    inner = {a.var for a in plan.k}
-    found: dict[int, tuple[Tensor, int]] = {}
-    for factor in (plan.factor_a, plan.factor_b):
-        for r in reads(factor):
-            t = r.tensor
-            dims = [d for d, ix in enumerate(r.indices) if isinstance(ix, Var) and ix in inner]
-            if t.op is not None or len(dims) != 1 or dims[0] == t.ndim - 1:
-                continue
-            if id(t) in found and found[id(t)][1] != dims[0]:
-                return []
-            found[id(t)] = (t, dims[0])
-    return list(found.values())
-
-
-def _relayout(plan: ContractionPlan, targets: list[tuple[Tensor, int]]) -> tuple[ContractionPlan, list[Tensor]]:
-    copies = []
-    swap: dict[int, tuple[Tensor, int]] = {}
-    for t, d in targets:
-        shape = t.shape[:d] + t.shape[d + 1:] + (t.shape[d],)
-        copy = placeholder(shape, t.dtype, f"{t.name}__last{d}")
-        copies.append(copy)
-        swap[id(t)] = (copy, d)
-
-    def rewrite(x: Expr) -> Expr | None:
-        if isinstance(x, TensorRead) and id(x.tensor) in swap:
-            copy, d = swap[id(x.tensor)]
-            return TensorRead(copy, x.indices[:d] + x.indices[d + 1:] + (x.indices[d],))
-        return None
-
-    return dataclasses.replace(plan, factor_a=map_expr(plan.factor_a, rewrite),
-                               factor_b=map_expr(plan.factor_b, rewrite)), copies
-
-
-def _relayout_kernel(i: int, t: Tensor, d: int) -> tuple[str, tuple[int, int, int]]:
-    """A tiled copy [P, C, Q] -> [P, Q, C]: loads along Q, stores along C."""
-    p, cdim, q = math.prod(t.shape[:d]), t.shape[d], math.prod(t.shape[d + 1:])
-    if p > 65535 or p * cdim * q > INT32_LIMIT:
-        raise CodegenError(f"relayout of {t.name} {list(t.shape)}: too large for one launch")
-    bq, bc = 64, min(64, max(16, 1 << (cdim - 1).bit_length()))
-    mask = [m for m, even in ((f"(rc < {cdim})[:, None]", cdim % bc == 0), (f"(rq < {q})[None, :]", q % bq == 0))
-            if not even]
-    margs = f", mask={' & '.join(mask)}" if mask else ""
-    body = ["pq = tl.program_id(0)", "pc = tl.program_id(1)", "pp = tl.program_id(2)",
-            f"rq = pq * {bq} + tl.arange(0, {bq})", f"rc = pc * {bc} + tl.arange(0, {bc})",
-            f"x = tl.load(p_src + pp * {cdim * q} + rc[:, None] * {q} + rq[None, :]{margs})",
-            f"tl.store(p_dst + pp * {cdim * q} + rq[None, :] * {cdim} + rc[:, None], x{margs})"]
-    text = "@triton.jit\n" + f"def tt_relayout{i}(p_src, p_dst):\n" + "\n".join(indent(body, 1))
-    return text, (cdiv(q, bq), cdiv(cdim, bc), p)
-
-
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
     c = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 1, "PERSISTENT": False,
          "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "RELAYOUT": False, "num_warps": 4,
@@ -196,7 +138,7 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
         raise CodegenError("RELAYOUT is not combined with TMA")
     copies: list[Tensor] = []
     if targets:
-        plan, copies = _relayout(plan, targets)
+        plan, copies = relayout(plan, targets)
         for i, (copy, (t, _)) in enumerate(zip(copies, targets)):
             pointers[copy.name] = f"p_rl{i}"
             storage[copy.name] = storage[t.name]
@@ -321,7 +263,7 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
     pre: list[str] = []
     warm_rl: list[str] = []
     for i, (copy, (t, d)) in enumerate(zip(copies, targets)):
-        text, grid = _relayout_kernel(i, t, d)
+        text, grid = relayout_kernel(i, t, d)
         kernels.append(text)
         names.append(f"tt_relayout{i}")
         src = pointers[t.name]

@@ -2,13 +2,14 @@
 
 A contraction is tiled in BLOCK_M x BLOCK_N (each at most the next power of two of its
 extent), with a BLOCK_K reduction step, GROUP_M grouped launch order, EPILOGUE_SPLIT
-(the epilogue in two column halves), num_warps and num_stages; SPLIT_K joins when the tiles alone cannot fill the GPU's multiprocessors and
-K is long, PERSISTENT when there are more tiles than multiprocessors. Constraints keep
-the pipelined tiles within shared memory and the accumulator within registers. A
-convolution may copy its NCHW/KCRS inputs channels-last first (RELAYOUT), so its
-gathers load along the reduction.
-A rows kernel chooses BLOCK_R rows per program and a BLOCK_C column chunk (one pass when
-it covers the row); an elementwise kernel its BLOCK. `seeds` are rules-of-thumb points
+(the epilogue in two column halves), num_warps and num_stages; SPLIT_K joins when the
+tiles alone cannot fill the GPU's multiprocessors and K is long, PERSISTENT when there are
+more tiles than multiprocessors, TMA/TMA_STORE when both factors are plain row-major
+reads. Constraints keep the pipelined tiles within shared memory and the accumulator
+within registers. A convolution may copy its NCHW/KCRS inputs channels-last first
+(RELAYOUT), so its gathers load along the reduction. A rows kernel chooses BLOCK_R rows
+per program and a BLOCK_C column chunk (one pass when it covers the row); an elementwise
+kernel its BLOCK. `seeds` are rules-of-thumb points
 measured first, so the search starts from sensible kernels (as Ansor's sketch rules
 start from sensible structures).
 
@@ -102,7 +103,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         f"SPLIT_K * BLOCK_K <= {max(16, k)}",
     ]
     space = Space(params, constraints=constraints)
-    tiles = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3), (256, 128, 64, 8, 3),
+    tiles = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3),
+             (256, 128, 64, 8, 3),
              (64, 128, 64, 4, 4), (128, 64, 64, 4, 4), (64, 64, 64, 4, 3), (64, 32, 32, 4, 4), (32, 32, 32, 2, 3),
              (16, 16, 16, 2, 2))
     variants = ((False, False, False), (False, True, False), (True, True, False), (True, True, True),
