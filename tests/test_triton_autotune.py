@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from test_triton_kernels import (matmul_args, matmul_grid, matmul_kernel, scale_inplace_kernel,  # noqa: E402
-                                 softmax_kernel, sum_atomic_kernel, torch, triton)
+from test_triton_kernels import (interpret, matmul_args, matmul_grid, matmul_kernel,  # noqa: E402,F401
+                                 scale_inplace_kernel, softmax_kernel, sum_atomic_kernel, torch, triton)
 
 import tensortune as tt  # noqa: E402
 from tensortune.db import Database  # noqa: E402

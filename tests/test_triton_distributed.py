@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_triton_kernels import torch  # noqa: F401 - skips without torch/triton
+from test_triton_kernels import interpret, torch  # noqa: F401 - skips without torch/triton
 
 from tensortune.frontends.triton.distributed import AgreementError, agree
 from tensortune.space import Config

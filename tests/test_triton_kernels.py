@@ -11,14 +11,15 @@ import os
 
 import pytest
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before any @triton.jit below is created
+# Triton decides when a function is decorated whether it will be interpreted, and reads
+# the variable again while interpreting: the kernels of this module are made with it set,
+# the tests that use them set it (`interpret`), and other test modules see it as it was.
+_WAS = os.environ.get("TRITON_INTERPRET")
+os.environ["TRITON_INTERPRET"] = "1"
 
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
-
-if os.environ.get("TRITON_INTERPRET") != "1":  # pragma: no cover - a GPU run of these tests
-    pytest.skip("the Triton frontend tests run under TRITON_INTERPRET=1", allow_module_level=True)
 
 
 @triton.jit
@@ -30,8 +31,8 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+    for k in range(0, (K + BLOCK_K - 1) // BLOCK_K):
         kk = k * BLOCK_K + offs_k
         a = tl.load(a_ptr + offs_m[:, None] * stride_am + kk[None, :] * stride_ak,
                     mask=(offs_m[:, None] < M) & (kk[None, :] < K), other=0.0)
@@ -44,14 +45,27 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
              mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
+# The kernels use only Triton builtins and jit helpers of this module: the helpers of
+# triton.language (tl.cdiv, tl.zeros, tl.max, tl.sum) are not interpreted when another test module
+# imported Triton before TRITON_INTERPRET was set.
+@triton.jit
+def _maximum(a, b):
+    return tl.where(a > b, a, b)
+
+
+@triton.jit
+def _add(a, b):
+    return a + b
+
+
 @triton.jit
 def softmax_kernel(x_ptr, y_ptr, n_cols, stride, BLOCK: tl.constexpr):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + row * stride + offs, mask=offs < n_cols, other=-float("inf"))
-    x = x - tl.max(x, axis=0)
+    x = x - tl.reduce(x, 0, _maximum)
     e = tl.exp(x)
-    tl.store(y_ptr + row * stride + offs, e / tl.sum(e, axis=0), mask=offs < n_cols)
+    tl.store(y_ptr + row * stride + offs, e / tl.reduce(e, 0, _add), mask=offs < n_cols)
 
 
 @triton.jit
@@ -64,7 +78,16 @@ def scale_inplace_kernel(x_ptr, n, factor, BLOCK: tl.constexpr):
 @triton.jit
 def sum_atomic_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    tl.atomic_add(out_ptr, tl.sum(tl.load(x_ptr + offs, mask=offs < n, other=0.0), axis=0))
+    tl.atomic_add(out_ptr, tl.reduce(tl.load(x_ptr + offs, mask=offs < n, other=0.0), 0, _add))
+
+
+
+
+@pytest.fixture(autouse=True)
+def interpret(monkeypatch):
+    """TRITON_INTERPRET=1 while a test of these kernels runs (import it to use it)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    yield
 
 
 def matmul_args(M: int, N: int, K: int, dtype=None, seed: int = 0):
@@ -118,3 +141,9 @@ def scale_twice(n):
     for _ in range(2):
         scale_tuned[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, n, 2.0)
     torch.testing.assert_close(x, want)
+
+
+if _WAS is None:  # leave the environment as it was for the other test modules
+    del os.environ["TRITON_INTERPRET"]
+else:
+    os.environ["TRITON_INTERPRET"] = _WAS

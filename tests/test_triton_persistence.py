@@ -11,7 +11,8 @@ import textwrap
 from pathlib import Path
 
 from click.testing import CliRunner
-from test_triton_kernels import matmul_args, matmul_grid, matmul_kernel, scale_inplace_kernel, torch, triton
+from test_triton_kernels import (interpret, matmul_args, matmul_grid, matmul_kernel,  # noqa: F401
+                                 scale_inplace_kernel, torch, triton)
 
 import tensortune as tt
 from tensortune.cli.main import cli
