@@ -95,6 +95,7 @@ class AutotunedKernel(KernelInterface):
         self._by_key: dict[TuningKey, Decision] = {}
         self._lock = threading.RLock()
         self._context: _Context | None = None
+        self._source: str | None = None
         self.name = options.name or kernel_name(fn)
         self.short_name = getattr(self.base_fn, "__name__", self.name)
         self.interpreted = _is_interpreted(fn)
@@ -138,7 +139,10 @@ class AutotunedKernel(KernelInterface):
     # ---- the slow path, once per key ----------------------------------------------------
     @property
     def source(self) -> str:
-        return kernel_source(self.fn)
+        """The kernel's source with its jit helpers' (what the records' source hash covers)."""
+        if self._source is None:
+            self._source = kernel_source(self.fn)
+        return self._source
 
     def context(self) -> _Context:
         if self._context is None:
