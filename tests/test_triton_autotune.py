@@ -308,3 +308,23 @@ def test_contenders_include_candidates_whose_fastest_run_is_near_the_best():
     slow = MeasureResult(Config(B=3), (1.20, 1.21, 1.22))
     got = contenders([steady, late, slow])
     assert [r.config["B"] for r in got] == [2, 1] and got[0].time == 0.98
+
+
+def test_keys_tuned_inside_keep_workers_share_one_isolated_worker(tmp_path):
+    from tensortune.measure.cuda_timer import CudaTimer
+
+    timer = CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
+    k = tt.autotune(configs=matmul_configs(((16, 16), (32, 32))), key=["M"], isolate=True,
+                    reference=matmul_reference, timer=timer, settings=settings(tmp_path))(matmul_kernel)
+    runners = []
+    with k.keep_workers():
+        for M in (20, 40):
+            args = matmul_args(M, 24, 40)
+            k.tune(*args, grid=matmul_grid(M, 24))
+            runners.append(k._kept["runner"].inner)
+    assert runners[0] is runners[1] and runners[0].restarts == 0 and k._kept is None
+    for M in (20, 40):  # both keys were tuned (and checked) in the one worker
+        args = matmul_args(M, 24, 40)
+        k[matmul_grid(M, 24)](*args)
+        torch.testing.assert_close(args[2], args[0] @ args[1], rtol=1e-4, atol=1e-4)
+    assert {d.source for d in k.decisions().values()} == {"tuned"}

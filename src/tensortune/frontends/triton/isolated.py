@@ -135,8 +135,9 @@ def grids_for(grid: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: 
 
 
 def parallel_builder(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], jobs: int | None,
-                     stream: bool, target: Any = "auto") -> Any | None:
-    """A streaming parallel compiler for this kernel's candidates, or None if not possible."""
+                     stream: bool, target: Any = "auto", reuse: Any = None) -> Any | None:
+    """A streaming parallel compiler for this kernel's candidates, or None if not possible;
+    with `reuse` (a builder made here before), its processes compile for these arguments."""
     ref = kernel_ref(kernel)
     if ref is None:
         return None
@@ -145,6 +146,9 @@ def parallel_builder(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     builder = triton_builder(ref, compile_args(args), target=target, jobs=jobs, stream=stream)
     if kwargs:
         builder.compile_fn = functools.partial(compile_with, dict(kwargs), builder.compile_fn)
+    if isinstance(reuse, LargestFirst) and getattr(reuse.inner, "warm", None) == builder.warm:
+        reuse.inner.compile_fn = builder.compile_fn  # same target: the warm processes serve the new key
+        return reuse
     return LargestFirst(builder)
 
 
@@ -174,9 +178,10 @@ class LargestFirst:
 
 def gpu_runner(kernel: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any],
                grid: Any, configs: Sequence[Config], reference: Any, timer: Any, seed: int,
-               tolerance: float | None = None, interpreted: bool = False, confirm_timer: Any = None) -> Any:
+               tolerance: float | None = None, interpreted: bool = False, confirm_timer: Any = None,
+               reuse: Any = None) -> Any:
     """A GpuRunner measuring this launch's candidates in an isolated worker (on the CPU
-    under TRITON_INTERPRET=1)."""
+    under TRITON_INTERPRET=1); with `reuse` (a GpuRunner), its worker takes this task."""
     from ...measure.gpu import GpuRunner, GpuTask
 
     ref = kernel_ref(kernel)
@@ -197,6 +202,9 @@ def gpu_runner(kernel: Any, arg_names: Sequence[str], args: Sequence[Any], kwarg
         devices, device = ([index] if visible is None else None), "cuda"
     task = GpuTask(launch, tuple(described), reference=task_reference, seed=seed, device=device,
                    timer=timer, rtol=tolerance, atol=tolerance, name=ref)
+    if reuse is not None and callable(getattr(reuse, "set_task", None)):
+        reuse.set_task(task)
+        return EarlyStart(reuse, confirm_timer)
     return EarlyStart(GpuRunner(task, devices=devices, cutoff_factor=3.0), confirm_timer)
 
 

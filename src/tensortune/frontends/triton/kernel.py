@@ -19,10 +19,11 @@ Example (with TRITON_INTERPRET=1; see docs/triton.md):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,7 @@ class AutotunedKernel(KernelInterface):
         self._lock = threading.RLock()
         self._context: _Context | None = None
         self._source: str | None = None
+        self._kept: dict[str, Any] | None = None  # workers shared by keys inside keep_workers()
         self.name = options.name or kernel_name(fn)
         self.short_name = getattr(self.base_fn, "__name__", self.name)
         self.interpreted = _is_interpreted(fn)
@@ -239,7 +241,9 @@ class AutotunedKernel(KernelInterface):
                               strategy=strategy, seed=o.seed, builder=builder, progress=progress,
                               description=f"{self.short_name} {key.as_dict()}")
         finally:  # worker processes exit in the background: nobody waits for their teardown
-            parts = [p for p in (runner, builder) if p is not o.builder and callable(getattr(p, "close", None))]
+            kept = self._kept.values() if self._kept is not None else ()
+            parts = [p for p in (runner, builder) if p is not o.builder and callable(getattr(p, "close", None))
+                     and not any(p is k for k in kept)]
             if parts:
                 threading.Thread(target=_close_all, args=(parts,), daemon=True).start()
         self.tunings[key] = result
@@ -281,11 +285,13 @@ class AutotunedKernel(KernelInterface):
             raise ValueError(f"isolate=True, but {why}")
         default_timing = o.timer is None and o.do_bench is None and not self.interpreted
         confirming = confirm_timer() if default_timing else None
+        kept = self._kept if self._kept is not None else {}
         if isolate and why is None:
             tolerance = o.tolerance if not isinstance(o.tolerance, Mapping) else None
+            earlier = getattr(kept.get("runner"), "inner", None)
             runner: Any = isolated.gpu_runner(self.fn, self.arg_names, args, kwargs, grid,
                                               enumerate_space(cands.space), o.reference, ctx.timer, o.seed,
-                                              tolerance, self.interpreted, confirming)
+                                              tolerance, self.interpreted, confirming, reuse=earlier)
         else:
             pristine = ArgSet.fresh(args, kwargs, seed=o.seed, random=o.check_inputs == "random")
             candidate = Candidate(self._run, self.arg_names, grid, pre_hooks)
@@ -297,8 +303,31 @@ class AutotunedKernel(KernelInterface):
         elif self.interpreted:
             builder = None  # nothing to compile
         else:
-            builder = isolated.parallel_builder(self.fn, args, kwargs, o.compile_jobs, stream=True)
+            builder = isolated.parallel_builder(self.fn, args, kwargs, o.compile_jobs, stream=True,
+                                                reuse=kept.get("builder"))
+        if self._kept is not None:  # keep_workers(): hand the worker processes to the next key
+            if isinstance(runner, isolated.EarlyStart):
+                self._kept["runner"] = runner
+            if isinstance(builder, isolated.LargestFirst):
+                self._kept["builder"] = builder
         return runner, builder
+
+    @contextlib.contextmanager
+    def keep_workers(self) -> Iterator["AutotunedKernel"]:
+        """Within this block, keys tuned one after another share the compile processes and
+        the isolated GPU worker instead of starting their own (offline tuning of many
+        shapes); they are closed when the block ends."""
+        outer = self._kept is not None
+        if not outer:
+            self._kept = {}
+        try:
+            yield self
+        finally:
+            if not outer:
+                kept, self._kept = self._kept or {}, None
+                parts = list({id(p): p for p in kept.values()}.values())
+                if parts:
+                    threading.Thread(target=_close_all, args=(parts,), daemon=True).start()
 
     def _decision(self, key: TuningKey, config: Config, source: str, by_config: Mapping[Config, Any]) -> Decision:
         tc = by_config.get(config)

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
@@ -92,6 +93,14 @@ class ShapeReport:
 def tune_shapes(target: Any, shapes: Iterable[Mapping[str, Any]], *, budget: Any = None,
                 strategy: Any = None, force: bool = False) -> list[ShapeReport]:
     """Tune `target` for each shape (see the module doc for what a target is)."""
+    with contextlib.ExitStack() as stack:
+        for k in ([target] if isinstance(target, AutotunedKernel) else all_kernels()):
+            stack.enter_context(k.keep_workers())  # one set of worker processes for every shape
+        return _tune_each(target, shapes, budget, strategy, force)
+
+
+def _tune_each(target: Any, shapes: Iterable[Mapping[str, Any]], budget: Any, strategy: Any,
+               force: bool) -> list[ShapeReport]:
     reports = []
     for shape in shapes:
         known = {id(t) for k in all_kernels() for t in k.tunings.values()}
