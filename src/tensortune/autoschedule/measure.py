@@ -7,8 +7,9 @@ subprocess). `SketchRunner` runs each library in an isolated worker: first on ra
 inputs, checked against the NumPy interpreter of the original expressions (a mismatch
 is that candidate's `wrong_result`), then timed. Inputs are drawn afresh for every
 candidate while the reference is cheap; an expensive reference (a big convolution) is
-recomputed on new inputs every `refresh` candidates. A candidate whose checked run is
-already `cutoff` times slower than the best so far is not timed further.
+recomputed on new inputs every `refresh` candidates. A candidate whose checked run takes
+over 0.1 s and is already `cutoff` times slower than the best so far is not timed
+further (a busy machine can slow one run of a good kernel tenfold, so the bar is high).
 
 Example:
     >>> from tensortune.te import workloads
@@ -194,13 +195,16 @@ def run_candidate(library: str, function: str, spec: CheckSpec, timer: Timer, se
     return timer.time(call)
 
 
+SLOW_SECONDS = 0.1  # a checked run slower than this (and than `cutoff` x the best) is not timed further
+
+
 @dataclass
 class SketchRunner:
     """Checks and times candidates in one isolated worker; a crash or hang fails only that
     candidate. Identical sources are measured once."""
 
     spec: CheckSpec
-    timer: Timer = field(default_factory=lambda: Timer(warmup_seconds=0.01, min_repeats=3, max_repeats=50,
+    timer: Timer = field(default_factory=lambda: Timer(warmup_seconds=0.01, min_repeats=5, max_repeats=50,
                                                        budget_seconds=0.05))
     timeout: float = 60.0
     seed: int = 0
@@ -229,14 +233,15 @@ class SketchRunner:
             start = time.perf_counter()
             try:
                 times = self.worker.call(run_candidate, cand.library, cand.function, self.spec, self.timer,
-                                         self.seed * 1_000_003 + self._checks, self.refresh, self.cutoff * self.best)
+                                         self.seed * 1_000_003 + self._checks, self.refresh,
+                                         max(self.cutoff * self.best, SLOW_SECONDS))
                 result = MeasureResult(b.config, tuple(times), compile_seconds=b.compile_seconds,
                                        run_seconds=time.perf_counter() - start, extra=extra)
             except CandidateError as exc:
                 result = MeasureResult.failed(b.config, exc.kind, str(exc), compile_seconds=b.compile_seconds,
                                               run_seconds=time.perf_counter() - start, extra=extra)
             if result.ok:
-                self.best = min(self.best, result.time)
+                self.best = min(self.best, min(result.times))
             self._by_source[cand.source_hash] = result
             yield result
 
@@ -245,8 +250,8 @@ class SketchRunner:
 
 
 def time_interleaved(libraries: Sequence[str], function: str, spec: CheckSpec, timer: Timer, rounds: int,
-                     seed: int) -> list[list[float]]:
-    """Inside the worker: per-round median times of each library, run in a shuffled order
+                     seed: int) -> list[list[tuple[float, ...]]]:
+    """Inside the worker: every time of each library in each round, run in a shuffled order
     every round on the same inputs (so a slow drift of the machine hits all alike)."""
     rng = np.random.default_rng(seed)
     inputs = {a.name: rng.standard_normal(a.shape).astype(numpy_dtype(a.dtype)) for a in spec.args
@@ -255,9 +260,8 @@ def time_interleaved(libraries: Sequence[str], function: str, spec: CheckSpec, t
               for a in spec.args}
     ptrs = [arrays[a.name].ctypes.data for a in spec.args]
     fns = [load_function(lib, function, [f"{a.dtype}*" for a in spec.args], restype="int") for lib in libraries]
-    out: list[list[float]] = [[] for _ in libraries]
+    out: list[list[tuple[float, ...]]] = [[] for _ in libraries]
     for _ in range(rounds):
         for k in rng.permutation(len(fns)):
-            times = timer.time(lambda: fns[k](*ptrs))
-            out[k].append(float(np.median(times)))
+            out[k].append(tuple(timer.time(lambda: fns[k](*ptrs))))
     return out

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -154,7 +155,10 @@ class SketchSearch(EvolutionarySearch):
         return out
 
     def tell(self, results) -> None:
+        """Learn from each candidate's fastest run: on a shared machine a neighbour's load
+        only ever adds time, so the fastest run ranks kernels more faithfully than the
+        median (the records keep every run)."""
         for r in results:
             self._proposed.add(self.sp.canonical(r.config) if r.config.get("sketch") in self.sp.sketches
                                else r.config)
-        super().tell(results)
+        super().tell([dataclasses.replace(r, times=(min(r.times),)) if r.ok else r for r in results])
