@@ -100,10 +100,10 @@ class _Group:
 
 
 def _random_order(rng: np.random.Generator, n: int) -> Iterator[int]:
-    if n <= 4096:
+    if n <= 1 << 20:
         yield from (int(i) for i in rng.permutation(n))
     else:  # sample with replacement from huge ranges rather than permuting them
-        for _ in range(4096):
+        for _ in range(1 << 16):
             yield int(rng.integers(n))
 
 
