@@ -1,8 +1,8 @@
 """A bootstrap ensemble of ranking models: where its members disagree, the model is unsure.
 
-Each member is fitted on a resample (with replacement) of the measurements. A search can
-draw one member per pick (Thompson sampling: exploration where the data leave doubt),
-or use the members' mean score (a steadier estimate than any one model).
+Each member is fitted on a resample (with replacement) of the measurements. The members'
+mean score is a steadier estimate than any one model, and their spread says where the
+data leave doubt (`model_based` adds it to the mean as an optimism bonus).
 
 Example:
     >>> import numpy as np

@@ -2,8 +2,9 @@
 
 Features are named, so models trained on one space can score another that shares
 parameter names (a new shape, a new device). Per parameter a lookup table holds each
-choice's value (numbers as they are, other values as a stable hash) and its log2 when
-the values are positive numbers; pairwise products of numeric parameters follow (the
+choice's value (numbers as they are, other values as a stable hash), its log2 when
+the values are positive numbers, and for positive integers that are not all powers of
+two their alignment (the largest power of two dividing them: 48 -> 2^4); pairwise products of numeric parameters follow (the
 number of threads of a block is `block_x * block_y`, which trees cannot multiply).
 Numeric entries of the workload key (shapes) are constant columns; other entries
 (dtypes, layouts) become stable hashes.
@@ -52,6 +53,15 @@ def _value(v: Any) -> float:
     return x if x is not None else stable_hash(v)
 
 
+def _alignment(x: float) -> int | None:
+    """log2 of the largest power of two dividing a positive integer (48 -> 4): how a
+    size aligns with warps, vectors and cache lines; None for other numbers."""
+    if x <= 0 or x != int(x):
+        return None
+    n = int(x)
+    return (n & -n).bit_length() - 1
+
+
 def named_features(names: Sequence[str], config: Mapping[str, Any],
                    workload_key: Mapping[str, Any] | None = None) -> np.ndarray:
     """The features called `names` of any configuration, by name (NaN where unknown):
@@ -62,6 +72,10 @@ def named_features(names: Sequence[str], config: Mapping[str, Any],
         if name.startswith("workload."):
             if name[9:] in key:
                 out[j] = _value(key[name[9:]])
+        elif name.startswith("align."):
+            x = _number(config.get(name[6:]))
+            if x is not None and _alignment(x) is not None:
+                out[j] = _alignment(x)
         elif name.startswith("log2."):
             x = _number(config.get(name[5:]))
             if x is not None and x > 0:
@@ -99,6 +113,10 @@ class FeatureExtractor:
                     if all(x > 0 for x in nums):  # type: ignore[operator]
                         cols.append([math.log2(x) for x in nums])  # type: ignore[arg-type]
                         col_names.append(f"log2.{name}")
+                        if all(_alignment(x) is not None for x in nums) and \
+                                any(_alignment(x) != math.log2(x) for x in nums):  # type: ignore[arg-type]
+                            cols.append([float(_alignment(x)) for x in nums])  # type: ignore[arg-type]
+                            col_names.append(f"align.{name}")
                 else:
                     cols.append([stable_hash(v) for v in values])
                     col_names.append(name)

@@ -130,7 +130,7 @@ class SimulatedAnnealing(ModelGuidedSearch):
         visited: dict[Point, float] = dict(zip(points, energy.tolist()))
         for step in range(self.steps):
             temperature = 1.0 - step / self.steps  # AutoTVM anneals from 1 to 0 on model scores
-            proposals = [self.ops.mutate(p) or p for p in points]
+            proposals = [q or p for p, q in zip(points, self.ops.mutate_many(points, extra_gene=0.0))]
             new = [p for p in unique(proposals) if p not in visited]
             if new:
                 visited.update(zip(new, self.score(new).tolist()))

@@ -3,10 +3,19 @@
 Each batch: refit the model on every measurement; seed a population with the best
 measured points and fresh random ones; evolve it for a few generations, where parents
 are drawn with probability growing with their predicted rank and children are
-mutations (or crossovers) of them; the model scores every child. The batch measured is
-the model's best unmeasured points, kept diverse (no two differ in fewer than
-`min_distance` parameters when enough candidates allow), plus an epsilon-greedy share
-of random points. Nothing is measured to evolve: only the model is queried.
+mutations (or crossovers) of them; the model scores every child. Nothing is measured
+to evolve: only the model is queried.
+
+The batch measured is the model's best unmeasured points, in two parts. An exploring
+part, a share `explore_share` of the batch at the start that falls linearly to none at
+the end of the budget, is picked greedily down the ranking so that its points differ
+pairwise in at least `explore_distance` parameters: several promising regions are
+tried at once, so one plateau the model likes cannot take the whole budget. The rest
+of the batch is the best of the ranking (exploitation). When the search stagnates (no
+new best for `stall` of the measurements so far, at least 8), exploitation is not
+paying: the whole batch explores, taken only among points that differ from each of the
+three best measured points in at least two parameters. An epsilon-greedy share of
+uniform random points guards against a model that is wrong everywhere.
 
 Example:
     >>> from tensortune.space import Space
@@ -22,6 +31,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .guided import ModelGuidedSearch
@@ -33,15 +44,17 @@ class EvolutionarySearch(ModelGuidedSearch):
 
     def __init__(self, space, seed=None, budget=None, *, population: int = 256,
                  generations: int = 4, mutation: float = 0.85, measured_share: float = 0.2,
-                 min_random: int = 50, min_distance: int = 1, pick: str = "top", **options) -> None:
+                 min_random: int = 50, explore_share: float = 0.5, explore_distance: int = 3,
+                 stall: float = 0.25, **options) -> None:
         super().__init__(space, seed, budget, **options)
         self.population = population
         self.generations = generations
         self.mutation = mutation
         self.measured_share = measured_share
         self.min_random = min_random
-        self.min_distance = min_distance
-        self.pick = pick
+        self.explore_share = explore_share
+        self.explore_distance = max(1, min(explore_distance, len(self.ops.free)))
+        self.stall = stall
 
     def initial_population(self) -> list[Point]:
         best = [p for p, t in self.ranked() if np.isfinite(t)]
@@ -61,7 +74,8 @@ class EvolutionarySearch(ModelGuidedSearch):
             weights /= weights.sum()
             parents = self.rng.choice(len(population), size=self.population, p=weights)
             mutated = self.rng.random(len(parents)) < self.mutation
-            children = self.ops.mutate_many([population[int(i)] for i in parents[mutated]])
+            children = [c for c in self.ops.mutate_many([population[int(i)] for i in parents[mutated]])
+                        if c is not None]
             mates = self.rng.choice(len(population), size=int((~mutated).sum()), p=weights)
             for i, j in zip(parents[~mutated], mates):
                 child = self.ops.crossover(population[int(i)], population[int(j)])
@@ -78,17 +92,34 @@ class EvolutionarySearch(ModelGuidedSearch):
 
     def plan_with_model(self, n: int) -> list[Point]:
         points, scores = self.evolve()
-        if self.pick == "thompson":
-            return self.thompson(self.top_unseen(points, scores, 16 * n), n)
-        ranked = self.top_unseen(points, scores, 4 * n)
-        return self.diverse(ranked, n)
+        ranked = self.top_unseen(points, scores, 16 * n)
+        if self.stalled():
+            best = [p for p, t in self.ranked()[:3] if math.isfinite(t)]
+            away = [p for p in ranked if all(self.ops.distance(p, q) >= 2 for q in best)]
+            explore = self.diverse(away, n, self.explore_distance)
+        else:
+            progress = min(1.0, len(self.measured) / self.budget) if self.budget else 0.5
+            share = self.explore_share * (1.0 - progress) * n
+            k = min(n, int(share) + int(self.rng.random() < share - int(share)))
+            explore = self.diverse(ranked, k, self.explore_distance)
+        taken = set(explore)
+        return explore + [p for p in ranked if p not in taken][: n - len(explore)]
 
-    def diverse(self, ranked: list[Point], n: int) -> list[Point]:
-        """The first `n` of `ranked` that differ from each other in `min_distance`+ parameters."""
+    def stalled(self) -> bool:
+        """No new best in the last `stall` share of the measurements (at least 8)."""
+        best, last = math.inf, 0
+        for i, r in enumerate(self.history):
+            if r.ok and r.time < best:
+                best, last = r.time, i + 1
+        return len(self.history) - last >= max(8.0, self.stall * len(self.history))
+
+    def diverse(self, ranked: list[Point], n: int, distance: int) -> list[Point]:
+        """Going down `ranked`, the points that differ from every earlier pick in at least
+        `distance` parameters (topped up in rank order if too few do)."""
         chosen: list[Point] = []
         for p in ranked:
-            if all(self.ops.distance(p, q) > self.min_distance - 1 for q in chosen):
+            if len(chosen) == n:
+                return chosen
+            if all(self.ops.distance(p, q) >= distance for q in chosen):
                 chosen.append(p)
-                if len(chosen) == n:
-                    return chosen
         return chosen + [p for p in ranked if p not in chosen][: n - len(chosen)]

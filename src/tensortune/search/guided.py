@@ -35,6 +35,9 @@ from .planned import PlannedSearch
 from .points import Point, unique
 
 
+MAX_PLAN = 8  # points per plan once data are plenty
+
+
 def initial_size(budget: int | None, low: int = 8, high: int = 24, fraction: float = 0.1) -> int:
     """How many random points to measure before trusting a model, for a budget."""
     if budget is None:
@@ -46,11 +49,12 @@ class ModelGuidedSearch(PlannedSearch):
     """Base of strategies whose batches come from a cost model over all measurements."""
 
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None, *,
-                 plan_size: int = 8, initial: int | None = None, epsilon: float = 0.05,
+                 plan_size: int | None = None, initial: int | None = None, epsilon: float = 0.05,
                  members: int = 1, model_params: XGBParams | None = None,
                  cost_model: CostModel | None = None, base_model: XGBRankModel | None = None,
                  workload_key: Mapping[str, Any] | None = None) -> None:
-        super().__init__(space, seed, budget, plan_size)
+        super().__init__(space, seed, budget, plan_size or MAX_PLAN)
+        self.adaptive_plan = plan_size is None
         self.initial = initial if initial is not None else initial_size(budget)
         self.epsilon = epsilon
         self.features = FeatureExtractor(space, workload_key)
@@ -66,6 +70,12 @@ class ModelGuidedSearch(PlannedSearch):
     @abstractmethod
     def plan_with_model(self, n: int) -> list[Point]:
         """About `n` unseen points chosen with the fitted model."""
+
+    def next_plan_size(self) -> int:
+        """Small batches while data are few (each refit teaches much), up to MAX_PLAN."""
+        if not self.adaptive_plan:
+            return self.plan_size
+        return int(min(MAX_PLAN, max(2, len(self.measured) // 8)))
 
     # ---- planning ------------------------------------------------------------------------
     def plan(self, n: int) -> list[Point]:
@@ -122,24 +132,3 @@ class ModelGuidedSearch(PlannedSearch):
         """The `n` best-scored candidates not measured or queued yet."""
         order = np.argsort(-scores, kind="stable")
         return unique((candidates[i] for i in order), self.seen_points)[:n]
-
-    def thompson(self, candidates: list[Point], n: int) -> list[Point]:
-        """`n` picks, each the best unseen candidate of one ensemble member in turn
-        (with a single model: its top `n`)."""
-        candidates = unique(candidates, self.seen_points)
-        if not isinstance(self.model, BootstrapEnsemble) or not candidates:
-            return self.top_unseen(candidates, self.score(candidates), n)
-        member_scores = self.model.predict_members(self.features.points(candidates))
-        orders = [iter(np.argsort(-row, kind="stable")) for row in member_scores]
-        chosen: list[Point] = []
-        taken: set[int] = set()
-        while len(chosen) < min(n, len(candidates)):
-            for order in orders:
-                for i in order:
-                    if i not in taken:
-                        taken.add(int(i))
-                        chosen.append(candidates[int(i)])
-                        break
-                if len(chosen) == n:
-                    break
-        return chosen

@@ -52,12 +52,16 @@ class PlannedSearch(SearchStrategy):
     def plan(self, n: int) -> list[Point]:
         """About `n` unseen valid points to measure next (fewer is fine)."""
 
+    def next_plan_size(self) -> int:
+        """How many points the next plan holds (at least what `ask` was asked for)."""
+        return self.plan_size
+
     # ---- ask / tell ----------------------------------------------------------------------
     def ask(self, n: int) -> list[Config]:
         out: list[Config] = []
         while len(out) < n:
             if not self._queue:
-                want = max(n - len(out), self.plan_size)
+                want = max(n - len(out), self.next_plan_size())
                 planned = unique(self.plan(want), self.seen_points)
                 if not planned:
                     planned = self.fresh_random(want)

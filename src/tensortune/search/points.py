@@ -111,26 +111,28 @@ class PointOps:
         rows[np.arange(n), k] = new
         return rows
 
-    def mutate_many(self, parents: Sequence[Point], extra_gene: float = 0.25) -> list[Point]:
-        """A valid mutation of each parent where one was found in a few tries (others dropped);
-        a share `extra_gene` of the children change two parameters."""
+    def mutate_many(self, parents: Sequence[Point], extra_gene: float = 0.25) -> list[Point | None]:
+        """A valid mutation of each parent (None where a few tries found none); a share
+        `extra_gene` of the children change two parameters."""
+        out: list[Point | None] = [None] * len(parents)
         if not self.free or not parents:
-            return []
-        todo = np.asarray(parents, dtype=np.int64)
-        out: list[Point] = []
+            return out
+        todo = np.arange(len(parents))
+        rows_all = np.asarray(parents, dtype=np.int64)
         for _ in range(self.tries):
-            rows = self._mutate_rows(todo)
+            rows = self._mutate_rows(rows_all[todo])
             twice = self.rng.random(len(rows)) < extra_gene
             if twice.any():
                 rows[twice] = self._mutate_rows(rows[twice])
-            keep = np.zeros(len(rows), dtype=bool)
-            for i, row in enumerate(map(tuple, rows.tolist())):
+            left = []
+            for i, row in zip(todo.tolist(), map(tuple, rows.tolist())):
                 if self.valid(row):
-                    out.append(row)
-                    keep[i] = True
-            todo = todo[~keep]
-            if not len(todo):
+                    out[i] = row
+                else:
+                    left.append(i)
+            if not left:
                 break
+            todo = np.asarray(left)
         return out
 
     def crossover(self, a: Point, b: Point) -> Point | None:

@@ -1,0 +1,61 @@
+"""`tensortune bench strategies|model` on one real space, at tiny budgets."""
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from tensortune.bench.replay import mean_over_datasets, run_many, summarize
+from tensortune.cli.main import cli
+
+
+@pytest.fixture
+def pnpoly(shared_datasets):
+    return os.path.join(shared_datasets, "kernel_tuner", "pnpoly-RTX_3090.json.gz")
+
+
+def test_bench_strategies_writes_nested_json_and_a_plot(pnpoly, tmp_path):
+    out = tmp_path / "s.json"
+    result = CliRunner().invoke(cli, ["bench", "strategies", "--dataset", pnpoly, "--budgets", "5,12",
+                                      "--repeats", "2", "--strategies", "local=1", "--jobs", "1",
+                                      "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    per = data["datasets"]["pnpoly-RTX_3090"]
+    assert set(per) == {"local", "random"}  # random is always the baseline
+    assert set(per["random"]) == {"5", "12"} and per["random"]["5"]["runs"] == 2
+    assert per["local"]["12"]["runs"] == 1
+    assert 0 < per["random"]["12"]["p10"] <= per["random"]["12"]["mean"] <= 1
+    assert data["mean"]["random"]["12"] == per["random"]["12"]["mean"]
+    assert (tmp_path / "s.png").stat().st_size > 0
+    assert "mean over" in result.output
+
+
+def test_bench_strategies_rejects_bad_input(pnpoly, tmp_path):
+    runner = CliRunner()
+    bad = runner.invoke(cli, ["bench", "strategies", "--dataset", pnpoly, "--strategies", "telepathy"])
+    assert bad.exit_code != 0 and "unknown strategy" in bad.output
+    bad = runner.invoke(cli, ["bench", "strategies", "--dataset", pnpoly, "--budgets", "0,x"])
+    assert bad.exit_code != 0 and "budgets" in bad.output
+    bad = runner.invoke(cli, ["bench", "strategies", "--dataset", str(tmp_path / "missing.json")])
+    assert bad.exit_code != 0 and "no such file" in bad.output
+
+
+def test_bench_model_reports_rank_quality(pnpoly, tmp_path):
+    out = tmp_path / "m.json"
+    result = CliRunner().invoke(cli, ["bench", "model", "--dataset", pnpoly, "--splits", "1",
+                                      "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    quality = json.loads(out.read_text())["pnpoly-RTX_3090"]
+    assert set(quality) >= {"kendall_tau", "top1_error_pct", "top5_error_pct"}
+    assert quality["kendall_tau"] > 0.5
+
+
+def test_parallel_runs_equal_serial_runs(pnpoly):
+    serial = run_many([pnpoly], ["evolutionary"], [15], 2, jobs=1)
+    parallel = run_many([pnpoly], ["evolutionary"], [15], 2, jobs=2)
+    key = lambda r: r.seed  # noqa: E731
+    assert [r.score for r in sorted(serial, key=key)] == [r.score for r in sorted(parallel, key=key)]
+    means = mean_over_datasets(summarize(serial))
+    assert 0 < means["evolutionary"]["15"] <= 1

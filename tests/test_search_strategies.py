@@ -1,0 +1,156 @@
+"""Every search strategy: exact budgets, reproducibility, failures, tiny and huge spaces."""
+
+import math
+import os
+
+import pytest
+
+from tensortune.db import Target, Workload
+from tensortune.measure import ErrorKind, MeasureResult
+from tensortune.search import create_strategy, strategy_names
+from tensortune.space import Config, Space
+from tensortune.tuner import Tuner
+
+STRATEGIES = [
+    ("exhaustive", {}), ("random", {}), ("annealing", {}), ("annealing", {"energy": "model"}),
+    ("genetic", {}), ("evolutionary", {}), ("model_based", {}), ("local", {}), ("auto", {}),
+]
+IDS = [name + ("-" + "-".join(f"{v}" for v in opts.values()) if opts else "") for name, opts in STRATEGIES]
+
+
+class FunctionRunner:
+    """Answers each configuration with fn(config): a time, or None for a runtime error."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def run(self, builds):
+        for b in builds:
+            t = self.fn(b.config)
+            yield MeasureResult(b.config, (t,)) if t is not None else \
+                MeasureResult.failed(b.config, ErrorKind.RUNTIME_ERROR, "fails here")
+
+
+def bowl_space():
+    return Space({"x": list(range(24)), "y": list(range(24)), "mode": ["a", "b", "c"]},
+                 constraints=["x + y <= 40"])
+
+
+def bowl(cfg):
+    if cfg["x"] > 19 and cfg["mode"] != "a":
+        return None  # an invalid region the space does not know about
+    return 1.0 + ((cfg["x"] - 17) ** 2 + (cfg["y"] - 6) ** 2) / 20 + {"a": 0.3, "b": 0.0, "c": 0.6}[cfg["mode"]]
+
+
+BOWL_OPTIMUM = 1.0
+
+
+def tune(name, space, fn, budget, seed=0, batch=1, options=None):
+    return Tuner(space, FunctionRunner(fn), workload=Workload.make("test"), target=Target.make("cpu", "x"),
+                 db=None, strategy=name, strategy_options=options, budget=budget, seed=seed,
+                 batch_size=batch, progress=False).run()
+
+
+def test_every_strategy_is_registered():
+    assert {name for name, _ in STRATEGIES} <= set(strategy_names())
+    with pytest.raises(ValueError, match="unknown strategy"):
+        create_strategy("nope", bowl_space())
+
+
+@pytest.mark.parametrize("name, options", STRATEGIES, ids=IDS)
+@pytest.mark.parametrize("batch", [1, 6])
+def test_budget_is_exact_and_configs_are_unique_and_valid(name, options, batch):
+    space = bowl_space()
+    result = tune(name, space, bowl, budget=37, batch=batch, options=options)
+    configs = [r.config for r in result.history]
+    assert result.trials == len(configs) == 37
+    assert len(set(configs)) == 37
+    assert all(space.is_valid(c) for c in configs)
+
+
+@pytest.mark.parametrize("name, options", STRATEGIES, ids=IDS)
+def test_same_seed_same_run(name, options):
+    runs = [tuple(r.config for r in tune(name, bowl_space(), bowl, 30, seed=s, options=options).history)
+            for s in (3, 3, 4)]
+    assert runs[0] == runs[1]
+    if name != "exhaustive":
+        assert runs[0] != runs[2]
+
+
+@pytest.mark.parametrize("name, options", STRATEGIES, ids=IDS)
+def test_finds_good_points_and_survives_failures(name, options):
+    result = tune(name, bowl_space(), bowl, budget=80, seed=1, options=options)
+    assert result.failures > 0 or name == "exhaustive"
+    assert result.best is not None
+    if name in ("evolutionary", "model_based", "auto", "annealing", "local", "genetic"):
+        assert result.best_time <= 1.5 * BOWL_OPTIMUM, result.best.config
+
+
+@pytest.mark.parametrize("name, options", STRATEGIES, ids=IDS)
+def test_everything_failing(name, options):
+    result = tune(name, bowl_space(), lambda cfg: None, budget=25, options=options)
+    assert result.trials == 25 and result.best is None and result.failures == 25
+
+
+@pytest.mark.parametrize("name, options", STRATEGIES, ids=IDS)
+def test_space_smaller_than_budget(name, options):
+    space = Space({"a": [1, 2, 3], "b": ["x", "y"]}, constraints=["not (a == 3 and b == 'y')"])
+    result = tune(name, space, lambda cfg: float(cfg["a"]), budget=20, options=options)
+    assert result.trials == 5
+    assert result.best_time == 1.0
+    strategy = create_strategy(name, space, seed=0, budget=20, **options)
+    seen = []
+    while batch := strategy.ask(2):
+        strategy.tell([MeasureResult(c, (1.0,)) for c in batch])
+        seen += batch
+    assert sorted(map(Config.to_json, seen)) == sorted(map(Config.to_json, space))
+
+
+@pytest.mark.parametrize("name, options", [s for s in STRATEGIES if s[0] != "exhaustive"],
+                         ids=[i for i in IDS if i != "exhaustive"])
+def test_space_far_too_large_to_enumerate(name, options):
+    params = {f"p{i}": [1, 2, 4, 8, 16, 32, 64, 128] for i in range(30)}  # 8^30 points
+    space = Space(params, constraints=["p0 * p1 <= 256", "p2 != p3"])
+
+    def fn(cfg):
+        return None if cfg["p4"] == 128 else 1.0 + sum(abs(math.log2(cfg[f"p{i}"]) - 3) for i in range(6))
+
+    result = tune(name, space, fn, budget=30, options=options)
+    assert result.trials == 30 and len({r.config for r in result.history}) == 30
+    assert all(space.is_valid(r.config) for r in result.history)
+
+
+@pytest.mark.parametrize("name, options", STRATEGIES, ids=IDS)
+def test_told_results_are_never_proposed_again(name, options):
+    space = bowl_space()
+    strategy = create_strategy(name, space, seed=0, budget=30, **options)
+    earlier = space.sample(20, seed=5)
+    strategy.tell([MeasureResult(c, (bowl(c) or 1.0,)) for c in earlier])
+    # results of configurations outside the space (an old record) are ignored, not fatal
+    strategy.tell([MeasureResult(Config(x=99, y=0, mode="a"), (1.0,))])
+    new = strategy.ask(30)
+    assert len(new) == 30 and not set(new) & set(earlier)
+
+
+def test_auto_is_exhaustive_when_the_budget_covers_the_space():
+    small = Space({"a": [1, 2, 3]})
+    assert type(create_strategy("auto", small, budget=10).inner).__name__ == "ExhaustiveSearch"
+    assert type(create_strategy("auto", bowl_space(), budget=10).inner).__name__ != "ExhaustiveSearch"
+
+
+def test_annealing_rejects_an_unknown_energy():
+    with pytest.raises(ValueError, match="energy"):
+        create_strategy("annealing", bowl_space(), energy="psychic")
+
+
+@pytest.mark.parametrize("name", ["auto", "random"])
+def test_replay_of_a_real_space(shared_datasets, name):
+    from tensortune.bench.replay import replay_run
+
+    path = os.path.join(shared_datasets, "kernel_tuner", "convolution-RTX_3090.json.gz")
+    runs = [replay_run(path, name, 40, seed) for seed in (0, 1)]
+    for run in runs:
+        assert run.trials == 40 and 0 < run.score <= 1 and run.simulated_seconds > 0
+    assert sum(r.failures for r in runs) > 0  # this space fails often; failures count as trials
+    if name == "auto":
+        assert min(r.score for r in runs) > 0.85
