@@ -24,9 +24,10 @@ def _int_list(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers, got {text!r}") from None
+        raise click.BadParameter(f"expected comma-separated integers, got {text!r}",
+                                 param_hint="--budgets") from None
     if not values or any(v < 1 for v in values):
-        raise click.BadParameter(f"budgets must be positive integers, got {text!r}")
+        raise click.BadParameter(f"budgets must be positive integers, got {text!r}", param_hint="--budgets")
     return values
 
 
@@ -87,7 +88,8 @@ def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: 
         if not name:
             continue
         if name not in strategy_names():
-            raise click.BadParameter(f"unknown strategy {name!r}; known: {', '.join(strategy_names())}")
+            raise click.BadParameter(f"unknown strategy {name!r}; known: {', '.join(strategy_names())}",
+                                     param_hint="--strategies")
         names.append(name)
         reps[name] = int(count) if count else repeats
     if "random" not in names:
