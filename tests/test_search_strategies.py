@@ -93,6 +93,15 @@ def test_everything_failing(name, options):
 
 
 @pytest.mark.parametrize("name, options", STRATEGIES, ids=IDS)
+def test_almost_everything_failing(name, options):
+    def fn(cfg):
+        return 1.0 + cfg["y"] if cfg["x"] == 3 and cfg["y"] < 12 else None
+
+    result = tune(name, bowl_space(), fn, budget=60, seed=2, options=options)
+    assert result.trials == 60 and result.failures > 0 and result.best is not None
+
+
+@pytest.mark.parametrize("name, options", STRATEGIES, ids=IDS)
 def test_space_smaller_than_budget(name, options):
     space = Space({"a": [1, 2, 3], "b": ["x", "y"]}, constraints=["not (a == 3 and b == 'y')"])
     result = tune(name, space, lambda cfg: float(cfg["a"]), budget=20, options=options)

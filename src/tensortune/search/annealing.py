@@ -28,6 +28,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from typing import Any
+
 import numpy as np
 
 from ..measure import MeasureResult
@@ -41,7 +43,7 @@ class SimulatedAnnealing(ModelGuidedSearch):
 
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None, *,
                  energy: str = "measured", start_temperature: float = 0.3, steps: int = 100,
-                 chains: int | None = None, diversity: float = 0.5, **options) -> None:
+                 chains: int | None = None, diversity: float = 0.5, **options: Any) -> None:
         if energy not in ("measured", "model"):
             raise ValueError(f"energy must be 'measured' or 'model', got {energy!r}")
         options.setdefault("plan_size", 4 if energy == "measured" else 8)

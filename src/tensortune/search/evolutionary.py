@@ -32,9 +32,11 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
+from ..space import Space
 from .guided import ModelGuidedSearch
 from .points import Point, unique
 
@@ -42,10 +44,10 @@ from .points import Point, unique
 class EvolutionarySearch(ModelGuidedSearch):
     name = "evolutionary"
 
-    def __init__(self, space, seed=None, budget=None, *, population: int = 256,
-                 generations: int = 4, mutation: float = 0.85, measured_share: float = 0.2,
-                 min_random: int = 50, explore_share: float = 0.5, explore_distance: int = 3,
-                 stall: float = 0.25, **options) -> None:
+    def __init__(self, space: Space, seed: int | None = None, budget: int | None = None, *,
+                 population: int = 256, generations: int = 4, mutation: float = 0.85,
+                 measured_share: float = 0.2, min_random: int = 50, explore_share: float = 0.5,
+                 explore_distance: int = 3, stall: float = 0.25, **options: Any) -> None:
         super().__init__(space, seed, budget, **options)
         self.population = population
         self.generations = generations

@@ -82,7 +82,7 @@ class GeneticSearch(PlannedSearch):
 
     def _child(self, pool: list[Point], weights: np.ndarray) -> Point:
         k = min(self.parents, len(pool))
-        idx = self.rng.choice(len(pool), size=k, replace=len(pool) < k, p=weights)
+        idx = self.rng.choice(len(pool), size=k, replace=int((weights > 0).sum()) < k, p=weights)
         if self.rng.random() < self.crossover_rate and k > 1:
             parent_fit = weights[idx] / weights[idx].sum() if weights[idx].sum() > 0 else None
             genes = [pool[int(idx[int(self.rng.choice(k, p=parent_fit))])][g] for g in range(len(pool[0]))]

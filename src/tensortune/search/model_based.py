@@ -26,6 +26,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..model.ensemble import BootstrapEnsemble
@@ -62,7 +64,7 @@ class ModelBasedSearch(EvolutionarySearch):
     name = "model_based"
 
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None, *,
-                 members: int = 4, kappa: float = 1.0, **options) -> None:
+                 members: int = 4, kappa: float = 1.0, **options: Any) -> None:
         super().__init__(space, seed, budget, members=members, **options)
         self.kappa = kappa
         self.failures = FailureClassifier(seed)
