@@ -260,7 +260,7 @@ def finish_kernel(problem: Problem, config: Config, best_time: float, trials: in
 def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget | int | float | None = None,
                  db: Database | str | os.PathLike[str] | None = None, *, args: Sequence[Tensor] | None = None,
                  name: str | None = None, strategy: str = "evolutionary", seed: int = 0, jobs: int = 2,
-                 retune: bool = False, confirm: int = 4, confirm_rounds: int = 5, progress: bool | None = None,
+                 retune: bool = False, confirm: int = 4, confirm_rounds: int = 7, progress: bool | None = None,
                  timer: Timer | None = None, **gpu_options: Any) -> ScheduledKernel:
     """Search for a fast schedule of the expressions and return it compiled and verified.
 

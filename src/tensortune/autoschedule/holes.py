@@ -38,6 +38,7 @@ MAX_REGISTER_ROWS = 16  # innermost tile of the other spatial axes
 VECTOR_ALIGN = 8  # the innermost tile of the contiguous axis is a multiple of this, or the whole axis
 MAX_REGISTER_TILE = 512  # elements of the innermost (register) tile: 32 vectors of 16 floats
 MAX_LOCAL_TILE = 32768  # elements of the two innermost tile levels (128 KiB of float32)
+SERIAL_MAX_WORK = 10_000_000  # flops (or elements) up to which a stage may run serially
 
 
 def ident(text: str) -> str:
@@ -74,6 +75,11 @@ def sketch_holes(sketch: Sketch, g: GraphInfo) -> list[Hole]:
     return out
 
 
+def small(s: StageInfo) -> bool:
+    """Work small enough that serial code may win (a few microseconds)."""
+    return max(s.flops, s.spatial_size) <= SERIAL_MAX_WORK
+
+
 def vector_friendly(extent: int, inner: int) -> bool:
     """An innermost tile of the contiguous axis that fills whole vectors (or is the axis)."""
     return inner % VECTOR_ALIGN == 0 or inner == extent or inner > 2 * VECTOR_ALIGN
@@ -89,7 +95,10 @@ def _tile_holes(s: StageInfo) -> list[Hole]:
         out.append(Hole(hole(s.name, f"tile_{a.name}"), tuple(options)))
     for r in s.reduce:
         out.append(Hole(hole(s.name, f"tile_{r.name}"), tuple(tile_options(r.extent, 2))))
-    out.append(Hole(hole(s.name, "par"), (1, 2, 0)))  # spatial levels fused into the parallel loop
+    # spatial levels fused into the parallel loop; serial code only for small work, where
+    # starting threads costs more than it saves (on a busy machine serial code also dodges
+    # waiting for a descheduled thread, which must not make the search pick it for big work)
+    out.append(Hole(hole(s.name, "par"), (1, 2, 0) if small(s) else (1, 2)))
     out.append(Hole(hole(s.name, "unroll"), UNROLL_STEPS))
     return out
 
@@ -100,7 +109,7 @@ def _simple_holes(s: StageInfo) -> list[Hole]:
     last = s.spatial[-1].extent
     vec = [t for t in tile_options(last, 2, MAX_VECTOR, tails=True) if t[0] == 1 or vector_friendly(last, t[0])]
     out = [Hole(hole(s.name, "vec"), tuple(vec)),
-           Hole(hole(s.name, "par"), tuple(range(len(s.spatial) + 1)))]
+           Hole(hole(s.name, "par"), tuple(range(0 if small(s) else 1, len(s.spatial) + 1)))]
     if s.reduce:
         out.append(Hole(hole(s.name, "unroll"), UNROLL_STEPS))
     return out
