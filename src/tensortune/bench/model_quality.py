@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..datasets import load_kernel_tuner_cache
-from ..model import FeatureExtractor, XGBParams, XGBRankModel, kendall_tau, top_k_error
+from ..model import BootstrapEnsemble, CostModel, FeatureExtractor, XGBParams, XGBRankModel, kendall_tau, top_k_error
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,9 @@ class ModelQuality:
 
 
 def evaluate_model(path: str | os.PathLike[str], train_fraction: float = 0.1, splits: int = 5,
-                   seed: int = 0, params: XGBParams | None = None) -> ModelQuality:
-    """Train on a random `train_fraction` of the dataset, score the rest; average over splits."""
+                   seed: int = 0, params: XGBParams | None = None, members: int = 1) -> ModelQuality:
+    """Train on a random `train_fraction` of the dataset, score the rest; average over splits.
+    With `members` > 1 the model is a bootstrap ensemble of that many (scored by their mean)."""
     if not 0 < train_fraction < 1:
         raise ValueError(f"train fraction must be between 0 and 1, got {train_fraction}")
     ds = load_kernel_tuner_cache(path)
@@ -57,7 +58,8 @@ def evaluate_model(path: str | os.PathLike[str], train_fraction: float = 0.1, sp
     for split in range(splits):
         order = np.random.default_rng(seed + split).permutation(len(configs))
         train, test = order[:n_train], order[n_train:]
-        model = XGBRankModel(params, seed=seed + split, feature_names=fx.names)
+        model: CostModel = XGBRankModel(params, seed=seed + split, feature_names=fx.names) if members == 1 \
+            else BootstrapEnsemble(members, params, seed + split, fx.names)
         start = time.perf_counter()
         model.fit(X[train], times[train])
         fit.append(time.perf_counter() - start)

@@ -145,11 +145,13 @@ def _print_tables(summary: dict, means: dict, budgets: list[int]) -> None:
 @click.argument("more", nargs=-1, type=click.Path())
 @click.option("--train-fraction", default=0.1, show_default=True, help="Share of the space trained on.")
 @click.option("--splits", default=5, show_default=True, help="Random splits averaged over.")
+@click.option("--members", default=1, show_default=True,
+              help="1: one XGBRankModel (what the strategies use); N: a bootstrap ensemble of N.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="Write dataset -> {kendall_tau, top1_error_pct, top5_error_pct} here.")
 @click.option("--print-json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction: float, splits: int,
-                json_out: str | None, as_json: bool) -> None:
+                members: int, json_out: str | None, as_json: bool) -> None:
     """Rank quality of the cost model on the configurations it was not trained on."""
     from ..bench.model_quality import evaluate_model
 
@@ -157,7 +159,7 @@ def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction
         raise click.BadParameter("must be between 0 and 1", param_hint="--train-fraction")
     results = {}
     for path in _dataset_paths(datasets + more):
-        q = evaluate_model(path, train_fraction, splits)
+        q = evaluate_model(path, train_fraction, splits, members=members)
         results[q.dataset] = q.to_json()
     if len(results) > 1:
         keys = ("kendall_tau", "top1_error_pct", "top5_error_pct")
@@ -168,7 +170,8 @@ def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction
     if as_json:
         print_json(results)
         return
-    table = Table(title=f"cost model trained on {train_fraction:.0%} of each space ({splits} splits)")
+    what = "cost model" if members == 1 else f"ensemble of {members} cost models"
+    table = Table(title=f"{what} trained on {train_fraction:.0%} of each space ({splits} splits)")
     for col in ("dataset", "Kendall tau", "top-1 error", "top-5 error", "fit"):
         table.add_column(col, justify="left" if col == "dataset" else "right")
     for name, r in results.items():
