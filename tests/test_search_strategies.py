@@ -8,7 +8,7 @@ import pytest
 from tensortune.db import Target, Workload
 from tensortune.measure import ErrorKind, MeasureResult
 from tensortune.search import create_strategy, strategy_names
-from tensortune.space import Config, Space
+from tensortune.space import Config, IntRange, Space
 from tensortune.tuner import Tuner
 
 STRATEGIES = [
@@ -128,6 +128,15 @@ def test_space_far_too_large_to_enumerate(name, options):
     result = tune(name, space, fn, budget=30, options=options)
     assert result.trials == 30 and len({r.config for r in result.history}) == 30
     assert all(space.is_valid(r.config) for r in result.history)
+
+
+@pytest.mark.parametrize("name, options", [s for s in STRATEGIES if s[0] != "exhaustive"],
+                         ids=[i for i in IDS if i != "exhaustive"])
+def test_a_parameter_with_ten_million_values(name, options):
+    space = Space([IntRange("n", 1, 10**7), IntRange("unroll", 1, 16)])
+    result = tune(name, space, lambda cfg: 1.0 + abs(cfg["n"] - 4096) / 1e6 + cfg["unroll"] % 3,
+                  budget=24, options=options)
+    assert result.trials == 24 and result.best is not None
 
 
 @pytest.mark.parametrize("name, options", STRATEGIES, ids=IDS)

@@ -1,11 +1,13 @@
 """Numeric features of configurations (and of the workload) for cost models.
 
 Features are named, so models trained on one space can score another that shares
-parameter names (a new shape, a new device). Per parameter a lookup table holds each
-choice's value (numbers as they are, other values as a stable hash), its log2 when
-the values are positive numbers, and for positive integers that are not all powers of
-two their alignment (the largest power of two dividing them: 48 -> 2^4); pairwise products of numeric parameters follow (the
-number of threads of a block is `block_x * block_y`, which trees cannot multiply).
+parameter names (a new shape, a new device). Per parameter: each choice's value (numbers
+as they are, other values as a stable hash), its log2 when the values are positive
+numbers, and for positive integers that are not all powers of two their alignment (the
+largest power of two dividing them: 48 -> 2^4), kept in a look-up table per parameter
+(computed on demand for parameters with huge ranges). Pairwise products of numeric
+parameters follow (threads per block is `block_x * block_y`, which trees cannot
+multiply).
 Numeric entries of the workload key (shapes) are constant columns; other entries
 (dtypes, layouts) become stable hashes.
 
@@ -31,8 +33,10 @@ from typing import Any
 import numpy as np
 
 from ..space import Config, Space
+from ..space.params import Param
 
 MAX_PRODUCT_PARAMS = 16  # products of at most this many numeric parameters (120 pairs)
+TABLE_LIMIT = 4096  # parameters with more choices compute their features on demand
 
 
 def _number(v: Any) -> float | None:
@@ -89,6 +93,68 @@ def named_features(names: Sequence[str], config: Mapping[str, Any],
     return out
 
 
+class _ParamFeatures:
+    """The feature columns of one parameter: a table of every choice when it has at most
+    TABLE_LIMIT choices, computed for the choices asked for otherwise (huge ranges)."""
+
+    def __init__(self, param: Param) -> None:
+        self.param = param
+        n = len(param)
+        probe = range(n) if n <= TABLE_LIMIT else sorted({int(i) for i in np.linspace(0, n - 1, 257)})
+        self.columns: list[tuple[str, str]] = []  # (parameter name, kind)
+        self.is_number: dict[str, bool] = {}
+        for name in param.names:
+            values = [param.assignment(i)[name] for i in probe]
+            kinds = _column_kinds(values)
+            self.columns += [(name, kind) for kind in kinds]
+            self.is_number[name] = kinds[0] == "value" and not isinstance(values[0], bool) and n > 1
+        self.table = self._compute(np.arange(n)) if n <= TABLE_LIMIT else None
+
+    @property
+    def names(self) -> list[str]:
+        return [name if kind in ("value", "hash") else f"{kind}.{name}" for name, kind in self.columns]
+
+    def _compute(self, indices: np.ndarray) -> np.ndarray:
+        rows = []
+        for i in indices.tolist():
+            values = self.param.assignment(int(i))
+            rows.append([_encode(values[name], kind) for name, kind in self.columns])
+        return np.asarray(rows, dtype=np.float64).reshape(len(indices), len(self.columns))
+
+    def __call__(self, indices: np.ndarray) -> np.ndarray:
+        if self.table is not None:
+            return self.table[indices]
+        unique, inverse = np.unique(indices, return_inverse=True)
+        return self._compute(unique)[inverse]
+
+
+def _column_kinds(values: Sequence[Any]) -> list[str]:
+    nums = [_number(v) for v in values]
+    if any(x is None for x in nums):
+        return ["hash"]
+    kinds = ["value"]
+    if all(x > 0 for x in nums):  # type: ignore[operator]
+        kinds.append("log2")
+        aligned = [_alignment(x) for x in nums]  # type: ignore[arg-type]
+        if all(a is not None for a in aligned) and any(a != math.log2(x) for a, x in zip(aligned, nums)):  # type: ignore[arg-type]
+            kinds.append("align")
+    return kinds
+
+
+def _encode(value: Any, kind: str) -> float:
+    if kind == "hash":
+        return stable_hash(value)
+    x = _number(value)
+    if x is None:
+        return math.nan
+    if kind == "value":
+        return x
+    if kind == "log2":
+        return math.log2(x) if x > 0 else math.nan
+    a = _alignment(x)
+    return float(a) if a is not None else math.nan
+
+
 class FeatureExtractor:
     """Maps choice-index points of a space to a float matrix with named columns."""
 
@@ -96,40 +162,21 @@ class FeatureExtractor:
                  products: bool = True) -> None:
         self.space = space
         self.workload_key = dict(workload_key or {})
+        self._params = [_ParamFeatures(p) for p in space.params]
         names: list[str] = []
-        tables: list[np.ndarray] = []  # one (choices x columns) table per parameter
-        numeric_cols: list[tuple[str, int, int]] = []  # (name, param index, column in table)
-        for k, p in enumerate(space.params):
-            cols: list[list[float]] = []
-            col_names: list[str] = []
-            for j, name in enumerate(p.names):
-                values = [p.assignment(i)[name] for i in range(len(p))]
-                nums = [_number(v) for v in values]
-                if all(x is not None for x in nums):
-                    cols.append([float(x) for x in nums])  # type: ignore[arg-type]
-                    col_names.append(name)
-                    if len(p) > 1 and not isinstance(values[0], bool):
-                        numeric_cols.append((name, k, len(cols) - 1))
-                    if all(x > 0 for x in nums):  # type: ignore[operator]
-                        cols.append([math.log2(x) for x in nums])  # type: ignore[arg-type]
-                        col_names.append(f"log2.{name}")
-                        if all(_alignment(x) is not None for x in nums) and \
-                                any(_alignment(x) != math.log2(x) for x in nums):  # type: ignore[arg-type]
-                            cols.append([float(_alignment(x)) for x in nums])  # type: ignore[arg-type]
-                            col_names.append(f"align.{name}")
-                else:
-                    cols.append([stable_hash(v) for v in values])
-                    col_names.append(name)
-            tables.append(np.asarray(cols, dtype=np.float64).T.reshape(len(p), len(cols)))
-            names.extend(col_names)
-        self._tables = tables
+        numeric: list[tuple[str, int, int]] = []  # (name, parameter index, column in its block)
+        for k, pf in enumerate(self._params):
+            for c, (name, kind) in enumerate(pf.columns):
+                if kind == "value" and pf.is_number[name]:
+                    numeric.append((name, k, c))
+            names.extend(pf.names)
         self._pairs: list[tuple[int, int, int, int]] = []
         if products:
-            numeric_cols = numeric_cols[:MAX_PRODUCT_PARAMS]
-            for a in range(len(numeric_cols)):
-                for b in range(a + 1, len(numeric_cols)):
-                    na, ka, ca = numeric_cols[a]
-                    nb, kb, cb = numeric_cols[b]
+            numeric = numeric[:MAX_PRODUCT_PARAMS]
+            for a in range(len(numeric)):
+                for b in range(a + 1, len(numeric)):
+                    na, ka, ca = numeric[a]
+                    nb, kb, cb = numeric[b]
                     self._pairs.append((ka, ca, kb, cb))
                     names.append(f"{na}*{nb}")
         self._workload_values = [(f"workload.{k}", _value(v)) for k, v in sorted(self.workload_key.items())]
@@ -142,12 +189,11 @@ class FeatureExtractor:
 
     def points(self, points: Sequence[Sequence[int]] | np.ndarray) -> np.ndarray:
         """Feature rows of choice-index points (fast: table look-ups)."""
-        idx = np.asarray(points, dtype=np.int64).reshape(-1, len(self._tables))
-        blocks = [table[idx[:, k]] for k, table in enumerate(self._tables)]
+        idx = np.asarray(points, dtype=np.int64).reshape(-1, len(self._params))
+        blocks = [pf(idx[:, k]) for k, pf in enumerate(self._params)]
         if self._pairs:
-            blocks.append(np.stack(
-                [self._tables[ka][idx[:, ka], ca] * self._tables[kb][idx[:, kb], cb]
-                 for ka, ca, kb, cb in self._pairs], axis=1))
+            blocks.append(np.stack([blocks[ka][:, ca] * blocks[kb][:, cb] for ka, ca, kb, cb in self._pairs],
+                                   axis=1))
         if self._workload_values:
             blocks.append(np.tile([v for _, v in self._workload_values], (len(idx), 1)))
         return np.concatenate(blocks, axis=1) if blocks else np.zeros((len(idx), 0))
