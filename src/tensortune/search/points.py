@@ -59,7 +59,7 @@ class PointOps:
     def valid(self, point: Point) -> bool:
         known = self._valid.get(point)
         if known is None:
-            known = self._valid[point] = bool(self.space._point_valid(point))
+            known = self._valid[point] = bool(self.space.is_valid_point(point))
         return known
 
     # ---- moves ---------------------------------------------------------------------------
