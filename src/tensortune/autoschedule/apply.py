@@ -24,7 +24,7 @@ from typing import Any
 from ..te.schedule import Schedule, Stage
 from .holes import SketchSpace, hole
 from .rfactor import rfactor_graph
-from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_CONSUMER, TILE_LOCAL
+from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL
 
 
 def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:

@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-from ..te.visit import reads
 from .analysis import GraphInfo
 from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_CONSUMER, TILE_LOCAL, Sketch
 

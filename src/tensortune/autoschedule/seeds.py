@@ -24,7 +24,7 @@ from ..space import Config
 from ..te.expr import IterVar
 from ..te.visit import reads, walk
 from .holes import SketchSpace, hole
-from .sketch import CACHE_WRITE, TILE, TILE_LOCAL
+from .sketch import TILE
 
 SHAPES = ((6, 64), (12, 32), (8, 32), (4, 64), (14, 32), (16, 16))  # (rows, vector elements): 16-28 registers
 MAX_SEEDS = 8
