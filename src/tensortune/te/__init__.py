@@ -37,4 +37,5 @@ __all__ = [
     "abs", "all", "any", "build", "cast", "compute", "const", "create_schedule", "equal", "erf", "evaluate", "exp",
     "graph", "if_then_else", "log", "max", "maximum", "min", "minimum", "not_equal", "parse", "placeholder",
     "placeholders", "reduce_axis", "select", "sigmoid", "sqrt", "steps_from_json", "steps_to_json", "sum", "tanh",
+    "autoschedule", "autoschedule_many",
 ]
