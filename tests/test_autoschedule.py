@@ -16,7 +16,6 @@ from tensortune.autoschedule.search import SketchSearch
 from tensortune.autoschedule.tiles import move_factor, tile_options
 from tensortune.db import Database, Target
 from tensortune.measure import BuildResult, ErrorKind, Timer, check_close
-from tensortune.space import Config
 from tensortune.te import workloads as W
 from tensortune.te.build import reference_outputs
 

@@ -1,6 +1,5 @@
 import json
 import multiprocessing as mp
-import os
 import sqlite3
 import subprocess
 import sys

@@ -19,7 +19,7 @@ if importlib.util.find_spec("triton") is None:  # not imported here: Triton deci
 
 from tensortune import te  # noqa: E402
 from tensortune.backends.triton import (CodegenError, GenOptions, PatternError, analyze, generate,  # noqa: E402
-                                        load, sketch)
+                                        sketch)
 from tensortune.backends.triton.check import relative_error, source_error  # noqa: E402
 from tensortune.backends.triton.reference import evaluate as torch_evaluate  # noqa: E402
 from tensortune.measure import IsolatedWorker  # noqa: E402

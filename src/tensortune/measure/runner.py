@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .errors import CandidateError, ErrorKind, WrongResult
+from .errors import CandidateError, WrongResult
 from .result import BuildResult, MeasureResult
 from .timer import Timer
 from .worker import classify_exception

@@ -335,7 +335,6 @@ def _free_iter(e: Expr) -> bool:
 def _rows(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr, inputs: tuple[Tensor, ...]) -> RowsPlan:
     order = [t for t in graph(out) if _is_reduction(t)]
     first = order[0]
-    n_rows = len(first.shape)
     row_extents = first.shape
     body0 = first.op.body
     assert isinstance(body0, Reduce)
