@@ -237,6 +237,11 @@ def random_schedule(w, rnd):
         if targets:
             t = rnd.choice(targets)
             _try(st.compute_at, t, rnd.choice(t.loops))
+    for st in s.stages:
+        if not st.inlined and not st.is_output and rnd.random() < 0.5:
+            axes = [a.name for a in st.op.axes]
+            rnd.shuffle(axes)
+            _try(st.reorder_storage, *axes)
     return s
 
 
@@ -248,6 +253,32 @@ def test_random_schedules_are_correct(seed, cc):
     check(w, s, cc)
     again = te.Schedule.from_steps(w.outputs, s.to_json())
     assert str(again) == str(s)
+
+
+def test_reorder_storage_packs_a_copy_and_lays_out_an_accumulator(cc):
+    """A conv vectorized over filters: the weights packed filter-last, the accumulator
+    tile laid out (y, x, f); every read and write follows the new layouts."""
+    w = W.conv2d_nchw(1, 5, 9, 10, 32, 3, 3, padding=1)
+    s = te.create_schedule(w.outputs)
+    conv = s[w.output]
+    CL = s[s.cache_write(w.output)]
+    WL = s[s.cache_read(w.inputs[1], [CL])]
+    WL.reorder_storage("i1", "i2", "i3", "i0")
+    fo, fi = conv.split("f", 16)
+    xo, xi = conv.split("x", 4)  # (a tail: 10 = 2 * 4 + 2)
+    conv.reorder("b", fo, "y", xo, fi, xi)
+    conv.vectorize(xi)
+    CL.compute_at(conv, xo)
+    CL.reorder_storage("b", "y", "x", "f")
+    CL.reorder("rc", "rr", "rs", "b", "y", "x", "f")
+    CL.unroll("x")
+    CL.vectorize("f")
+    text = str(s)
+    assert "allocate weight.local: float32[5, 3, 3, 32] (global)" in text
+    assert "allocate conv.local: float32[1, 1, 4, 16] (local)" in text
+    assert "weight.local[i1, i2, i3, i0] = weight[i0, i1, i2, i3]" in text
+    check(w, s, cc)
+    assert str(te.Schedule.from_steps(w.outputs, s.to_json())) == text
 
 
 def test_kernel_calling_conventions_and_argument_checks(cc):

@@ -44,6 +44,8 @@ def test_split_tile_fuse_reorder_name_loops_deterministically():
     (lambda s: s["A"], "input placeholder"),
     (lambda s: s["nope"], "no stage named 'nope'"),
     (lambda s: s["C"].unroll("k"), None),
+    (lambda s: s["C"].reorder_storage("j", "i"), "is an output; its layout is the caller's array"),
+    (lambda s: s[s.cache_read("A", ["C"])].reorder_storage("i1"), "is not an order of the axes of 'A.local' (i0, i1)"),
 ])
 def test_illegal_primitives_raise_clear_errors(action, message):
     w, s = matmul_schedule(2048)

@@ -59,12 +59,17 @@ class _Lowering:
         self.args = _check_args(sch, args)
         self.buffers: dict[str, Buffer] = {t.name: Buffer(t.name, t.shape, t.dtype) for t in self.args}
         self.bases: dict[str, tuple[Affine, ...]] = {}
+        self.perms: dict[str, tuple[int, ...]] = {}  # buffers laid out in another order (reorder_storage)
         for st in self.stages:
             b = self.bounds[st.name]
             if st.name not in self.buffers:
                 scope = "global" if st.attach is None else "local"
-                self.buffers[st.name] = Buffer(st.name, b.region, st.tensor.dtype, scope)
+                perm = st.storage_perm
+                region = b.region if perm is None else tuple(b.region[d] for d in perm)
+                self.buffers[st.name] = Buffer(st.name, region, st.tensor.dtype, scope)
                 self.bases[st.name] = b.base
+                if perm is not None:
+                    self.perms[st.name] = perm
         self.attached: dict[tuple[str, str], list[StageState]] = {}
         for st in self.stages:
             if st.attach is not None:
@@ -81,7 +86,13 @@ class _Lowering:
     def load(self, r: TensorRead) -> Expr:
         base = self.bases.get(r.tensor.name)
         idx = r.indices if base is None else tuple(Binary("sub", ix, b.to_expr()) for ix, b in zip(r.indices, base))
-        return BufferLoad(self.buffers[r.tensor.name], tuple(normalize_index(i) for i in idx))
+        return BufferLoad(self.buffers[r.tensor.name], self.layout(r.tensor.name, idx))
+
+    def layout(self, name: str, indices: Sequence[Expr]) -> tuple[Expr, ...]:
+        """Indices in axis order -> the buffer's (normalized, in its storage order)."""
+        idx = tuple(normalize_index(i) for i in indices)
+        perm = self.perms.get(name)
+        return idx if perm is None else tuple(idx[d] for d in perm)
 
     def stage(self, st: StageState) -> Stmt:
         b = self.bounds[st.name]
@@ -95,7 +106,7 @@ class _Lowering:
         body = self.bodies[st.name]
         body = map_expr(substitute(body, root), lambda x: self.load(x) if isinstance(x, TensorRead) else None)
         buf = self.buffers[st.name]
-        index = tuple(normalize_index(vals[a.name]) for a in st.axes)  # relative to the region's base
+        index = self.layout(st.name, [vals[a.name] for a in st.axes])  # relative to the region's base
         leaves = st.leaves
         own = {st.loop_var(x): k for k, x in enumerate(leaves)}
         guard_at: dict[int, list[Expr]] = {}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .dtype import TEError
 from .state import FuseRel, SplitRel, StageState
-from .steps import Annotate, ComputeAt, ComputeInline, ComputeRoot, Fuse, Reorder, Split
+from .steps import Annotate, ComputeAt, ComputeInline, ComputeRoot, Fuse, Reorder, ReorderStorage, Split
 from .tensor import Tensor
 
 if TYPE_CHECKING:
@@ -216,6 +216,31 @@ class Stage:
 
     def unroll(self, loop: Any) -> None:
         self.annotate(loop, "unroll")
+
+    def reorder_storage(self, *axes: Any) -> None:
+        """Lay out this stage's buffer with its dimensions in this order (axis names or
+        root loops, outermost first; the default is the axes' order). Loops are unchanged;
+        every read and write of the buffer follows. A packed copy (`cache_read`) whose
+        reader vectorizes along one of its axes wants that axis last; so does a local
+        accumulator tile vectorized along an axis that is not the tensor's last."""
+        from .schedule import _name
+        if len(axes) == 1 and isinstance(axes[0], (list, tuple)):
+            axes = tuple(axes[0])
+        order = tuple(_name(a) for a in axes)
+        st = self._st
+        names = [a.name for a in st.axes]
+        if st.is_output:
+            raise TEError(f"reorder_storage: {self.name!r} is an output; its layout is the caller's array")
+        if st.inlined:
+            raise TEError(f"reorder_storage: {self.name!r} is inlined; it has no buffer")
+        if sorted(order) != sorted(names) or len(set(order)) != len(order):
+            raise TEError(f"reorder_storage: {', '.join(order) or 'nothing'} is not an order of the axes of "
+                          f"{self.name!r} ({', '.join(names)}); name each axis once")
+
+        def change() -> None:
+            st.storage = None if list(order) == names else order
+
+        self.schedule._run(ReorderStorage(self.name, order), change)
 
     # -- compute location --
 

@@ -54,6 +54,7 @@ class StageState:
     annotations: dict[str, str] = field(default_factory=dict)
     attach: tuple[str, str] | None = None  # (target stage, target loop)
     inlined: bool = False
+    storage: tuple[str, ...] | None = None  # the buffer's dimension order (axis names), default the axes'
 
     @staticmethod
     def of(t: Tensor, is_output: bool = False, origin: str = "compute", name: str | None = None) -> StageState:
@@ -71,7 +72,7 @@ class StageState:
         return StageState(
             self.name, self.tensor, self.axes, self.reduce_axes, self.body, self.is_output, self.origin,
             list(self.leaves), dict(self.kinds), list(self.relations), dict(self.annotations), self.attach,
-            self.inlined)
+            self.inlined, self.storage)
 
     @property
     def is_reduction(self) -> bool:
@@ -79,8 +80,16 @@ class StageState:
 
     @property
     def transformed(self) -> bool:
-        return bool(self.relations) or bool(self.annotations) or self.leaves != [
+        return bool(self.relations) or bool(self.annotations) or self.storage is not None or self.leaves != [
             a.name for a in self.axes + self.reduce_axes]
+
+    @property
+    def storage_perm(self) -> tuple[int, ...] | None:
+        """The buffer's dimensions as positions among the axes (None: axis order)."""
+        if self.storage is None:
+            return None
+        names = [a.name for a in self.axes]
+        return tuple(names.index(n) for n in self.storage)
 
     def root_axes(self) -> tuple[IterVar, ...]:
         return self.axes + self.reduce_axes

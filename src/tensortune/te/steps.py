@@ -80,6 +80,16 @@ class Annotate(Step):
 
 
 @dataclass(frozen=True)
+class ReorderStorage(Step):
+    kind: ClassVar[str] = "reorder_storage"
+    stage: str
+    order: tuple[str, ...]  # axis names, outermost dimension first
+
+    def apply(self, s: Any) -> Any:
+        return s[self.stage].reorder_storage(*self.order)
+
+
+@dataclass(frozen=True)
 class ComputeAt(Step):
     kind: ClassVar[str] = "compute_at"
     stage: str
@@ -139,8 +149,8 @@ class RFactor(Step):
         return s.rfactor(self.stage, self.loop)
 
 
-STEP_TYPES: dict[str, type[Step]] = {c.kind: c for c in (Split, Fuse, Reorder, Annotate, ComputeAt, ComputeRoot,
-                                                          ComputeInline, CacheWrite, CacheRead, RFactor)}
+STEP_TYPES: dict[str, type[Step]] = {c.kind: c for c in (Split, Fuse, Reorder, Annotate, ReorderStorage, ComputeAt,
+                                                          ComputeRoot, ComputeInline, CacheWrite, CacheRead, RFactor)}
 
 
 def step_from_json(data: dict[str, Any]) -> Step:
