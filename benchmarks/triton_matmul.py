@@ -370,7 +370,8 @@ def replay(opts):
                         seeds = seed_configs(db, w, target, key, space, limit=max(1, opts.budget_run // 4))
                         strat = Seeded(strat, seeds) if seeds else strat
                     result = Tuner(space, Replay(table), workload=w, target=target, db=db, strategy=strat,
-                                   budget=opts.budget_run, seed=seed, batch_size=8, progress=False).run()
+                                   budget=opts.budget_run, seed=seed, batch_size=8, progress=False,
+                                   transfer=mode == "sequential").run()
                     shape = "x".join(str(w.key[k]) for k in ("M", "N", "K"))
                     scores.setdefault(shape, []).append(best / result.best_time)
             for shape, ss in scores.items():

@@ -109,6 +109,7 @@ class Tuner:
         progress: bool = True,
         description: str | None = None,
         callbacks: Sequence[Callable[[MeasureResult], None]] = (),
+        transfer: bool = True,
     ) -> None:
         self.space = space
         self.runner = runner
@@ -123,9 +124,13 @@ class Tuner:
         self.progress = progress
         self.description = description or workload.name
         self.callbacks = list(callbacks)
+        self.transfer = transfer
+        self.seed = seed
+        self.transferred_from = 0  # records of other shapes or devices the search started from
 
     def run(self) -> TuneResult:
         start = time.perf_counter()
+        self._use_transfer()
         prior = self._prior_results()
         if prior:
             self.strategy.tell(prior)
@@ -165,6 +170,19 @@ class Tuner:
                 self.db.finish_session(session, status)
         return TuneResult(best, tuple(prior) + tuple(new), len(new), time.perf_counter() - start,
                           session, reused=len(prior))
+
+    def _use_transfer(self) -> None:
+        """Give a model-guided strategy a cost model pre-trained on the database's records
+        of this kernel's other shapes and of this shape on other devices."""
+        if self.db is None or not self.transfer:
+            return
+        from .model.features import FeatureExtractor
+        from .model.pretrain import transfer_model
+
+        extractor = FeatureExtractor(self.space, self.workload.key)
+        model = transfer_model(self.db, extractor, self.workload, self.target, seed=self.seed)
+        if model is not None and self.strategy.use_prior(model, self.workload.key):
+            self.transferred_from = model.trained_rows
 
     def _prior_results(self) -> list[MeasureResult]:
         if self.db is None:

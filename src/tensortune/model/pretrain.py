@@ -63,6 +63,30 @@ def pretrain_from_db(db: Database, extractor: FeatureExtractor, name: str | None
         if (name is not None and workload.name != name) or workload == exclude:
             continue
         records.extend(db.records(workload))
+    return _fitted(records, extractor, params, seed)
+
+
+def transfer_model(db: Database, extractor: FeatureExtractor, workload: Workload, target: Target,
+                   params: XGBParams | None = None, seed: int | None = 0,
+                   min_records: int = 8) -> XGBRankModel | None:
+    """What the database knows that applies to tuning `workload` on `target`: a model
+    fitted to the other keys (shapes) of the same kernel (same name and source) on any
+    target, and to this key on other targets; None when fewer than `min_records` such
+    records exist. The records of this very workload and target are left out: the search
+    is told them directly."""
+    records: list[Record] = []
+    for other, _count, _best in db.workloads():
+        if (other.name, other.source_hash) != (workload.name, workload.source_hash):
+            continue
+        records.extend(r for r in db.records(other) if other != workload or r.target != target)
+    if len(records) < min_records:
+        return None
+    model = _fitted(records, extractor, params, seed)
+    return model if model.fitted else None
+
+
+def _fitted(records: list[Record], extractor: FeatureExtractor, params: XGBParams | None,
+            seed: int | None) -> XGBRankModel:
     X, times, sizes = training_groups(records, extractor)
     model = XGBRankModel(params, seed, extractor.names)
     if sizes:

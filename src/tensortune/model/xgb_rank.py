@@ -36,6 +36,9 @@ import numpy as np
 from .base import CostModel, relevance
 
 
+OBJECTIVES = {"rank": "rank:pairwise", "regression": "reg:squarederror"}
+
+
 @dataclass(frozen=True)
 class XGBParams:
     """Booster settings; the defaults are cheap (tens of shallow trees, one thread)."""
@@ -51,6 +54,12 @@ class XGBParams:
     # good configurations (what a search needs) weighs more than the order in the bulk
     emphasis: tuple[float, ...] = (0.3, 0.1)
     nthread: int = 1
+    # "rank": pairwise ranking; "regression": squared error on the relevance labels
+    objective: str = "rank"
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"unknown cost-model objective {self.objective!r}; choose one of {sorted(OBJECTIVES)}")
 
 
 class XGBRankModel(CostModel):
@@ -70,9 +79,10 @@ class XGBRankModel(CostModel):
     # ---- training -----------------------------------------------------------------------
     def _xgb_params(self) -> dict[str, Any]:
         p = self.params
+        ranking = {"lambdarank_pair_method": "mean", "lambdarank_num_pair_per_sample": p.pairs_per_row} \
+            if p.objective == "rank" else {}
         return {
-            "objective": "rank:pairwise", "lambdarank_pair_method": "mean",
-            "lambdarank_num_pair_per_sample": p.pairs_per_row,
+            "objective": OBJECTIVES[p.objective], **ranking,
             "max_depth": p.max_depth, "eta": p.eta, "subsample": p.subsample,
             "colsample_bytree": p.colsample_bytree, "min_child_weight": p.min_child_weight,
             "tree_method": "hist", "nthread": p.nthread, "verbosity": 0,
@@ -93,8 +103,11 @@ class XGBRankModel(CostModel):
         if len(X) < 2 or len(np.unique(labels)) < 2:
             self.booster = None  # nothing to rank yet: the base model (or nothing) decides
             return
-        X, labels, qid = self._with_emphasis(X, times, labels, sizes)
-        dtrain = xgb.DMatrix(X, label=labels, qid=qid, nthread=self.params.nthread)
+        if self.params.objective == "rank":
+            X, labels, qid = self._with_emphasis(X, times, labels, sizes)
+            dtrain = xgb.DMatrix(X, label=labels, qid=qid, nthread=self.params.nthread)
+        else:
+            dtrain = xgb.DMatrix(X, label=labels, nthread=self.params.nthread)
         margin = self._base_margin(X)
         if margin is not None:
             dtrain.set_base_margin(margin)

@@ -18,7 +18,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..measure import MeasureResult
@@ -37,6 +37,9 @@ class AutoSearch(SearchStrategy):
         covers = budget is not None and space.size_is_exact and space.size <= budget
         self.inner: SearchStrategy = ExhaustiveSearch(space, seed, budget) if covers else \
             EvolutionarySearch(space, seed, budget, **options)
+
+    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None) -> bool:
+        return self.inner.use_prior(model, workload_key)
 
     def ask(self, n: int) -> list[Config]:
         out = self.inner.ask(n)

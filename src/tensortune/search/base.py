@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,6 +46,11 @@ class SearchStrategy(ABC):
         for r in results:
             self.seen.add(r.config)
             self.history.append(r)
+
+    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None) -> bool:
+        """Take a cost model pre-trained on other shapes or devices as a starting point;
+        False when this strategy has no use for one (the default)."""
+        return False
 
     def propose(self, config: Config) -> bool:
         """Mark `config` as proposed; False if it was already seen."""

@@ -65,6 +65,20 @@ class ModelGuidedSearch(PlannedSearch):
         else:
             self.model = XGBRankModel(model_params, seed, self.features.names, base_model)
         self._fitted_on = -1
+        self._prior = False
+
+    def use_prior(self, model: XGBRankModel, workload_key: Mapping[str, Any] | None = None) -> bool:
+        """Start from `model` (pre-trained on other shapes or devices): its scores guide the
+        first plans and fade as this search's own measurements arrive."""
+        self.features = FeatureExtractor(self.space, workload_key)
+        members = self.model.models if isinstance(self.model, BootstrapEnsemble) else [self.model]
+        if not all(isinstance(m, XGBRankModel) for m in members):
+            return False
+        for m in members:
+            m.base, m.feature_names = model, self.features.names  # type: ignore[union-attr]
+        self._fitted_on = -1
+        self._prior = True
+        return True
 
     # ---- to implement --------------------------------------------------------------------
     @abstractmethod
@@ -80,7 +94,7 @@ class ModelGuidedSearch(PlannedSearch):
     # ---- planning ------------------------------------------------------------------------
     def plan(self, n: int) -> list[Point]:
         ok = sum(1 for t in self.measured.values() if math.isfinite(t))
-        if len(self.measured) < self.initial or ok < 2:
+        if not self._prior and (len(self.measured) < self.initial or ok < 2):
             return self.space_filling(min(n, max(1, self.initial - len(self.measured))) if ok >= 2 else n)
         self.refit()
         if not self.model.fitted:

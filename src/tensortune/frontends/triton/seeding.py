@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ...db import Database, Target, Workload
 from ...measure import MeasureResult
@@ -36,6 +37,9 @@ class Seeded(SearchStrategy):
         self.inner = inner
         self.seeds = list(dict.fromkeys(seeds))
         self.name = f"{inner.name or 'custom'}+seeded"
+
+    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None) -> bool:
+        return self.inner.use_prior(model, workload_key)
 
     def ask(self, n: int) -> list[Config]:
         out: list[Config] = []
