@@ -13,6 +13,7 @@ from tensortune.autoschedule.apply import apply_config
 from tensortune.autoschedule.features import FEATURE_NAMES, program_features
 from tensortune.autoschedule.measure import CheckSpec, SketchBuilder, SketchRunner
 from tensortune.autoschedule.search import SketchSearch
+from tensortune.autoschedule.seeds import register_tile_seeds
 from tensortune.autoschedule.tiles import move_factor, tile_options
 from tensortune.db import Database, Target
 from tensortune.measure import BuildResult, ErrorKind, Timer, check_close
@@ -36,6 +37,10 @@ def test_sketch_rules_follow_the_graph():
     # reductions without reuse are not tiled; a plain elementwise producer is always inlined
     assert all(",exp:" in k for k in keys(W.softmax(4, 64)))
     assert keys(W.transpose(8, 8)) == ["T:simple"]
+    # 7 columns do not fill a vector of 16 while 32 filters fill two: the local tile is also
+    # sketched vectorized along the filters (weights packed filters-last); 16 columns do
+    assert keys(W.conv2d_nchw(1, 4, 7, 7, 32, 3, 3, padding=1))[-1] == "pad:simple,conv:cache_write(vec f)"
+    assert not any("vec" in k for k in keys(W.conv2d_nchw(1, 4, 16, 16, 32, 3, 3, padding=1)))
     # a long reduction with almost no spatial parallelism gets an rfactor sketch
     A = te.placeholder((4096,), name="A")
     k = te.reduce_axis(4096, "k")
@@ -73,7 +78,8 @@ def test_canonical_configs_drop_unused_holes_and_keep_constraints():
 
 @pytest.mark.parametrize("workload", [
     W.matmul(24, 40, 20), W.matmul_bias_relu(17, 33, 9), W.conv2d_nchw(1, 3, 9, 7, 4, 3, 3, stride=2, padding=1),
-    W.batch_matmul(2, 12, 20, 8), W.softmax(3, 37)], ids=lambda w: w.name)
+    W.conv2d_nchw(1, 3, 6, 5, 32, 3, 3, padding=1), W.batch_matmul(2, 12, 20, 8), W.softmax(3, 37)],
+    ids=lambda w: f"{w.name}{dict(w.key).get('K', '')}")
 def test_random_annotations_build_correct_kernels(workload):
     sp = SketchSpace.of(workload.outputs)
     rng = np.random.default_rng(1)
@@ -83,6 +89,24 @@ def test_random_annotations_build_correct_kernels(workload):
         cfg = sp.canonical(next(c for c in sp.space.sample(200, rng) if c["sketch"] == key))
         kernel = te.build(apply_config(sp, cfg), list(workload.args))
         check_close(kernel(*[inputs[t.name] for t in workload.inputs]), want, 1e-3, 1e-3)
+
+
+def test_vector_axis_sketch_packs_the_operand_and_its_seeds_compute_the_conv():
+    w = W.conv2d_nchw(1, 5, 7, 7, 32, 3, 3, padding=1)
+    sp = SketchSpace.of(w.outputs)
+    seeds = [c for c in register_tile_seeds(sp) if c["sketch"].endswith("(vec f)")]
+    assert seeds and seeds[0]["conv_vec_f_tile_f"][-1] == 32 and seeds[0]["conv_vec_f_tile_x"][-1] == 7
+    s = apply_config(sp, seeds[0])
+    local = s["conv.local"]
+    assert [l.annotation for l in local.loops[-2:]] == ["unroll", "vectorize"] and local.loops[-1].name.startswith("f.")
+    text = str(s)
+    assert "allocate weight.local: float32[5, 3, 3, 32] (global)" in text  # packed filters-last
+    assert "allocate conv.local: float32[1, 1, 7, 32] (local)" in text  # the tile laid out (b, y, x, f)
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal(t.shape).astype("float32") for t in w.inputs]
+    want = reference_outputs(w.outputs, **{t.name: a for t, a in zip(w.inputs, inputs)})["conv"]
+    for cfg in seeds:
+        check_close(te.build(apply_config(sp, cfg), list(w.args))(*inputs), want, 1e-3, 1e-3)
 
 
 def test_rfactor_sketch_computes_the_reduction():

@@ -24,7 +24,7 @@ from typing import Any
 from ..te.schedule import Schedule, Stage
 from .holes import SketchSpace, hole
 from .rfactor import rfactor_graph
-from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL
+from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, packs
 
 
 def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
@@ -43,11 +43,11 @@ def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
     for p in sketch.plans:
         if p.rule == CACHE_WRITE:
             local = s.cache_write(p.stage)
-            _tile_local(s, config, p.stage, consumer=s[p.stage], local=s[local.name])
+            _tile_local(s, config, p.prefix, consumer=s[p.stage], local=s[local.name], vector=p.vector)
         elif p.rule == TILE_LOCAL:
-            _tile_local(s, config, p.stage, consumer=s[p.partner], local=s[p.stage])
+            _tile_local(s, config, p.prefix, consumer=s[p.partner], local=s[p.stage], vector=p.vector)
         elif p.rule == TILE:
-            _tile_root(s, config, p.stage)
+            _tile_root(s, config, p.prefix)
         elif p.rule == SIMPLE:
             _simple(s, config, p.stage)
         elif p.rule == RFACTOR:
@@ -71,9 +71,15 @@ def _parallel(stage: Stage, loops: list[str]) -> str:
     return fused
 
 
-def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: Stage, local: Stage) -> None:
+def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: Stage, local: Stage,
+                vector: str = "") -> None:
     """The consumer gets the two outer spatial levels; `local` is computed at one of them
-    and tiled reduce-space-reduce-space inside (SSRSRS overall)."""
+    and tiled reduce-space-reduce-space inside (SSRSRS overall). With a `vector` axis,
+    the local tile is laid out and vectorized along it, and the inputs read along it
+    are packed with it last."""
+    if vector:
+        _pack_along(s, local, vector)
+        local.reorder_storage(*[a.name for a in local.op.axes if a.name != vector], vector)
     spatial, _ = _tiles(config, anchor, local)
     par = config[hole(anchor, "par")]
     at = max(config[hole(anchor, "at")], par)
@@ -92,7 +98,21 @@ def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: S
     consumer.vectorize(levels[2][-1])
     local.compute_at(consumer, attach)
     inner = [t[2:] if at == 2 else t[1:] for t in spatial]
-    _tile_inner(local, config, anchor, inner, outer_spatial=(at == 1))
+    _tile_inner(local, config, anchor, inner, outer_spatial=(at == 1), vector=vector)
+
+
+def _pack_along(s: Schedule, reader: Stage, vector: str) -> None:
+    """Copy each tensor `reader` reads along axis `vector` (other than in its last
+    dimension) into a buffer laid out with that dimension last, at the root: the copy's
+    loops follow its layout (contiguous writes), the outer ones fused and parallel."""
+    axis = next(a for a in reader.op.axes if a.name == vector)
+    for tensor, dim in packs(reader.op.body, axis):
+        copy = s[s.cache_read(tensor.name, [reader.name])]
+        names = [a.name for a in copy.op.axes]
+        order = names[:dim] + names[dim + 1:] + [names[dim]]
+        copy.reorder_storage(*order)
+        copy.reorder(*order)
+        _parallel(copy, order[:-1])
 
 
 def _tile_root(s: Schedule, config: Mapping[str, Any], anchor: str) -> None:
@@ -105,10 +125,11 @@ def _tile_root(s: Schedule, config: Mapping[str, Any], anchor: str) -> None:
 
 
 def _tile_inner(stage: Stage, config: Mapping[str, Any], anchor: str, spatial: list[tuple[int, ...]],
-                outer_spatial: bool) -> list[list[str]]:
+                outer_spatial: bool, vector: str = "") -> list[list[str]]:
     """Split each spatial axis by `spatial` and each reduction axis in two, order the loops
     S..S R S R S (the last two spatial levels inside the reductions), vectorize the
-    innermost, unroll inner loops up to the unroll step. Returns the spatial levels."""
+    innermost (the last axis's, or `vector`'s moved last), unroll inner loops up to the
+    unroll step. Returns the spatial levels."""
     _, reduce = _tiles(config, anchor, stage)
     op = stage.tensor.op
     n_levels = len(spatial[0]) + 1
@@ -121,11 +142,15 @@ def _tile_inner(stage: Stage, config: Mapping[str, Any], anchor: str, spatial: l
         for lv, loop in enumerate(stage.split(r.name, factors=factors)):
             r_levels[lv].append(loop.name)
     head = n_levels - 2 if outer_spatial else 0  # spatial levels before the first reduction level
+    innermost = list(s_levels[-1])
+    if vector:
+        kv = [a.name for a in op.axes].index(vector)
+        innermost = innermost[:kv] + innermost[kv + 1:] + [innermost[kv]]
     order = [x for lv in s_levels[:head] for x in lv]
-    order += r_levels[0] + s_levels[head] + r_levels[1] + s_levels[head + 1]
+    order += r_levels[0] + s_levels[head] + r_levels[1] + innermost
     stage.reorder(*order)
-    stage.vectorize(s_levels[-1][-1])
-    inner = r_levels[0] + s_levels[head] + r_levels[1] + s_levels[-1][:-1]
+    stage.vectorize(innermost[-1])
+    inner = r_levels[0] + s_levels[head] + r_levels[1] + innermost[:-1]
     _unroll(stage, inner, config[hole(anchor, "unroll")])
     return s_levels
 

@@ -24,7 +24,7 @@ Example:
 from __future__ import annotations
 
 from .analysis import GraphInfo
-from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_CONSUMER, TILE_LOCAL, Sketch
+from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_CONSUMER, TILE_LOCAL, Sketch, packs
 
 
 def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
@@ -41,9 +41,17 @@ def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
         if p.rule in (CACHE_WRITE, TILE_CONSUMER):
             local = f"{p.stage}.local" if p.rule == CACHE_WRITE else p.partner
             src = g[p.stage] if p.rule == CACHE_WRITE else g[p.partner]
+            vector = p.vector if p.rule == CACHE_WRITE else sketch.plan(p.partner).vector
+            if vector:
+                axis = next(a for a in src.spatial if a.name == vector)
+                for t, dim in packs(src.tensor.op.body, axis):
+                    names = [f"i{d}" for d in range(len(t.shape))]
+                    order = names[:dim] + names[dim + 1:] + [names[dim]]
+                    lines.append(f"  parallel for {', '.join(order)}   # packed with {vector} last, at the root")
+                    lines.append(f"    {t.name}.local[{', '.join(order)}] = {t.name}[{', '.join(names)}]")
             lines += _tiled_local(sp, [r.name for r in src.reduce], local, _update(src, local),
                                   p.stage, f"{p.stage}[{', '.join(sp)}] = "
-                                  + (f"{local}[{', '.join(sp)}]" if p.rule == CACHE_WRITE else _text(s)))
+                                  + (f"{local}[{', '.join(sp)}]" if p.rule == CACHE_WRITE else _text(s)), vector)
         elif p.rule == TILE:
             lines += _tiled_root(sp, rd, _update(s, p.stage))
         elif p.rule == RFACTOR:
@@ -67,8 +75,25 @@ def _update(s, target: str) -> str:
     return f"{target}[{', '.join(a.name for a in s.spatial)}] {op} {src}"
 
 
-def _tiled_local(sp, rd, local, update, stage, copy) -> list[str]:
+def _tiled_local(sp, rd, local, update, stage, copy, vector="") -> list[str]:
     j = lambda lv: ", ".join(f"{a}.{lv}" for a in sp)  # noqa: E731
+    if vector:
+        rows = [a for a in sp if a != vector]
+        laid = ", ".join(rows + [vector])
+        return [
+            f"  parallel for {'@'.join(a + '.0' for a in sp)} (fused, ? levels)",
+            f"    for {j(1)}",
+            f"      {local}[{laid}] = 0 over the tile           # laid out {vector} last; here or one level up",
+            f"      for {', '.join(r + '.0' for r in rd)}",
+            f"        for {', '.join(a + '.2' for a in sp)}",
+            f"          for {', '.join(r + '.1' for r in rd)}",
+            f"            unroll for {', '.join(a + '.3' for a in rows)}",
+            f"              vectorize for {vector}.3",
+            f"                {update}",
+            f"      for {', '.join(f'{a}.2*{a}.3' for a in sp[:-1])}",
+            f"        vectorize for {sp[-1]}.2*{sp[-1]}.3",
+            f"          {copy}",
+        ]
     return [
         f"  parallel for {'@'.join(a + '.0' for a in sp)} (fused, ? levels)",
         f"    for {j(1)}",

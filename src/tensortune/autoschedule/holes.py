@@ -62,9 +62,9 @@ def sketch_holes(sketch: Sketch, g: GraphInfo) -> list[Hole]:
     for p in sketch.plans:
         s = g[p.stage]
         if p.rule in (TILE, TILE_LOCAL, CACHE_WRITE):
-            out += _tile_holes(s)
+            out += _tile_holes(s, p.prefix, p.vector)
             if p.rule != TILE:
-                out.append(Hole(hole(s.name, "at"), (1, 2)))
+                out.append(Hole(hole(p.prefix, "at"), (1, 2)))
         elif p.rule == SIMPLE:
             out += _simple_holes(s)
         elif p.rule == RFACTOR:
@@ -85,21 +85,24 @@ def vector_friendly(extent: int, inner: int) -> bool:
     return inner % VECTOR_ALIGN == 0 or inner == extent or inner > 2 * VECTOR_ALIGN
 
 
-def _tile_holes(s: StageInfo) -> list[Hole]:
+def _tile_holes(s: StageInfo, prefix: str, vector: str = "") -> list[Hole]:
+    """Tile sizes (named after `prefix`): the vectorized axis (the last, or `vector`)
+    fills whole vectors, the others are register rows."""
     out = []
-    for k, a in enumerate(s.spatial):
-        if k == len(s.spatial) - 1:
+    vec_axis = vector or s.spatial[-1].name
+    for a in s.spatial:
+        if a.name == vec_axis:
             options = [t for t in tile_options(a.extent, 4, MAX_VECTOR, tails=True) if vector_friendly(a.extent, t[-1])]
         else:
             options = tile_options(a.extent, 4, MAX_REGISTER_ROWS, tails=True)
-        out.append(Hole(hole(s.name, f"tile_{a.name}"), tuple(options)))
+        out.append(Hole(hole(prefix, f"tile_{a.name}"), tuple(options)))
     for r in s.reduce:
-        out.append(Hole(hole(s.name, f"tile_{r.name}"), tuple(tile_options(r.extent, 2))))
+        out.append(Hole(hole(prefix, f"tile_{r.name}"), tuple(tile_options(r.extent, 2))))
     # spatial levels fused into the parallel loop; serial code only for small work, where
     # starting threads costs more than it saves (on a busy machine serial code also dodges
     # waiting for a descheduled thread, which must not make the search pick it for big work)
-    out.append(Hole(hole(s.name, "par"), (1, 2, 0) if small(s) else (1, 2)))
-    out.append(Hole(hole(s.name, "unroll"), UNROLL_STEPS))
+    out.append(Hole(hole(prefix, "par"), (1, 2, 0) if small(s) else (1, 2)))
+    out.append(Hole(hole(prefix, "unroll"), UNROLL_STEPS))
     return out
 
 
@@ -119,8 +122,8 @@ def tile_constraints(g: GraphInfo, sketches: list[Sketch]) -> list[Constraint]:
     """Per tiled stage: the register tile and the two innermost levels stay small enough to
     live in registers and in the L1/L2 caches."""
     out = []
-    for name in sorted({p.stage for s in sketches for p in s.anchors()}):
-        names = [hole(name, f"tile_{a.name}") for a in g[name].spatial]
+    for prefix, name in sorted({(p.prefix, p.stage) for s in sketches for p in s.anchors()}):
+        names = [hole(prefix, f"tile_{a.name}") for a in g[name].spatial]
 
         def fits(values, names=tuple(names)) -> bool:
             register = local = 1
@@ -130,7 +133,7 @@ def tile_constraints(g: GraphInfo, sketches: list[Sketch]) -> list[Constraint]:
                 local *= t[-1] * t[-2]
             return register <= MAX_REGISTER_TILE and local <= MAX_LOCAL_TILE
 
-        out.append(Constraint(frozenset(names), f"{name}: register tile <= {MAX_REGISTER_TILE} and local tile <= "
+        out.append(Constraint(frozenset(names), f"{prefix}: register tile <= {MAX_REGISTER_TILE} and local tile <= "
                               f"{MAX_LOCAL_TILE} elements", fits))
     return out
 
@@ -179,7 +182,7 @@ class SketchSpace:
         for name, default in self._defaults.items():
             values[name] = config[name] if name in used else default
         for p in self.sketch(config).plans:
-            at, par = hole(p.stage, "at"), hole(p.stage, "par")
+            at, par = hole(p.prefix, "at"), hole(p.prefix, "par")
             if at in used and values[at] < values[par]:
                 values[at] = values[par]
         return Config(values)

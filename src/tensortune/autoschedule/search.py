@@ -75,8 +75,9 @@ class SketchPointOps(PointOps):
         super().__init__(sp.space, rng, tries)
         self.sp = sp
         self._index = {p.name: k for k, p in enumerate(sp.space.params)}
-        self._extent = {hole(stage, f"tile_{a.name}"): a.extent
-                        for stage in sp.graph for a in sp.graph[stage].spatial + sp.graph[stage].reduce}
+        self._extent = {hole(p.prefix, f"tile_{a.name}"): a.extent
+                        for sketch in sp.sketches.values() for p in sketch.plans
+                        for a in sp.graph[p.stage].spatial + sp.graph[p.stage].reduce}
 
     def mutate(self, point: Point, genes: int = 1) -> Point | None:
         config = self.space.to_config(point)

@@ -4,6 +4,9 @@ A tiled reduction runs fastest when its innermost tile is a block of accumulator
 fits the vector registers (here 32 registers of 16 float32 lanes) and stays in them for
 the whole reduction: a few rows of the second-to-last spatial axis times one to four
 vectors of the contiguous axis, with no tile level between them and the reduction loop.
+A sketch vectorized along another axis (`vector`) gets one to four vectors of that axis
+times rows of the axis its packed operand does not depend on (a conv's 32 filters times
+14 columns), with the rows unrolled.
 The search starts from a handful of such annotations of every tiled sketch (the rest of
 each configuration is drawn at random), then evolves as usual; they are ordinary
 candidates, measured and checked like any other.
@@ -27,26 +30,32 @@ from .holes import SketchSpace, hole
 from .sketch import TILE
 
 SHAPES = ((6, 64), (12, 32), (8, 32), (4, 64), (14, 32), (16, 16))  # (rows, vector elements): 16-28 registers
-MAX_SEEDS = 8
+VECTOR_AXIS_SHAPES = ((14, 32), (12, 32), (7, 64), (8, 32), (6, 64), (16, 16))
+MAX_SEEDS = 12
 
 
 def register_tile_seeds(sp: SketchSpace, rng: np.random.Generator | None = None) -> list[Config]:
     base = {p.name: p.values[0] for p in sp.space.params}
     local_first = sorted(sp.sketches.items(), key=lambda kv: any(p.rule == TILE for p in kv[1].plans))
     out: list[Config] = []
-    for n, shape in enumerate(_shapes(sp)):
+    shapes = _shapes(sp)
+    for n in range(max(len(shapes), len(VECTOR_AXIS_SHAPES))):
         for key, sketch in local_first:
             anchors = sketch.anchors()
             if not anchors or (n > 0 and any(p.rule == TILE for p in sketch.plans)):
                 continue
+            options = VECTOR_AXIS_SHAPES if any(a.vector for a in anchors) else shapes
+            if n >= len(options):
+                continue
+            shape = options[n]
             values = dict(base, sketch=key)
             for h in sp.holes[key]:
                 if h.name.endswith("_vec"):
                     friendly = [v for v in h.values if v[0] in (16, 32, 64)] or list(h.values)
                     values[h.name] = friendly[min(1, len(friendly) - 1)]
-                elif h.name.endswith("_par") and not any(h.name == hole(a.stage, "par") for a in anchors):
+                elif h.name.endswith("_par") and not any(h.name == hole(a.prefix, "par") for a in anchors):
                     values[h.name] = 1 if 1 in h.values else h.values[0]
-            if not all(_fill_anchor(sp, values, a.stage, shape) for a in anchors):
+            if not all(_fill_anchor(sp, values, a, shape) for a in anchors):
                 continue
             cfg = sp.canonical(Config(values))
             if sp.space.is_valid(cfg) and cfg not in out:
@@ -64,41 +73,50 @@ def _shapes(sp: SketchSpace) -> list[tuple[int, int]]:
     return shapes
 
 
-def row_axis(stage) -> int | None:
-    """The spatial axis (not the contiguous one) that the contiguous operand does not
-    depend on, the largest if several: its rows share each loaded vector."""
+def row_axis(stage, vector: str = "") -> int | None:
+    """The spatial axis (not the vectorized one: the last, or `vector`) that the operands
+    read along the vectorized axis do not depend on, the largest (then the innermost) if
+    several: its rows share each loaded vector."""
     spatial = list(stage.spatial)
-    last = spatial[-1]
-    contiguous = [r for r in reads(stage.tensor.op.body)
-                  if r.indices and any(v is last or v == last for v in walk(r.indices[-1]))]
-    used = {v for r in contiguous for ix in r.indices for v in walk(ix) if isinstance(v, IterVar)}
-    options = [k for k, a in enumerate(spatial[:-1]) if a.extent > 1 and a not in used]
-    if not options:
-        options = [k for k, a in enumerate(spatial[:-1]) if a.extent > 1]
-    return max(options, key=lambda k: spatial[k].extent) if options else None
+    kv = [a.name for a in spatial].index(vector) if vector else len(spatial) - 1
+    vec = spatial[kv]
+    if vector:
+        along = [r for r in reads(stage.tensor.op.body) if any(v is vec or v == vec for ix in r.indices for v in walk(ix))]
+    else:
+        along = [r for r in reads(stage.tensor.op.body)
+                 if r.indices and any(v is vec or v == vec for v in walk(r.indices[-1]))]
+    used = {v for r in along for ix in r.indices for v in walk(ix) if isinstance(v, IterVar)}
+    others = [k for k in range(len(spatial)) if k != kv and spatial[k].extent > 1]
+    options = [k for k in others if spatial[k] not in used] or others
+    return max(options, key=lambda k: (spatial[k].extent, k)) if options else None
 
 
-def _fill_anchor(sp: SketchSpace, values: dict, stage: str, shape: tuple[int, int]) -> bool:
-    s = sp.graph[stage]
+def _fill_anchor(sp: SketchSpace, values: dict, plan, shape: tuple[int, int]) -> bool:
+    s = sp.graph[plan.stage]
+    prefix = plan.prefix
     rows, vec = shape
     spatial = list(s.spatial)
-    rows_at = row_axis(s)
+    kv = [a.name for a in spatial].index(plan.vector) if plan.vector else len(spatial) - 1
+    rows_at = row_axis(s, plan.vector)
     for k, a in enumerate(spatial):
-        name = hole(stage, f"tile_{a.name}")
+        name = hole(prefix, f"tile_{a.name}")
         options = sp.space.params[sp.space.names.index(name)].values
-        want = vec if k == len(spatial) - 1 else rows if k == rows_at else 1
-        pick = _closest(options, want, a.extent, divisors_first=(k == len(spatial) - 1))
+        want = vec if k == kv else rows if k == rows_at else 1
+        pick = _closest(options, want, a.extent, divisors_first=(k == kv))
         if pick is None:
             return False
         values[name] = pick
     for r in s.reduce:
-        name = hole(stage, f"tile_{r.name}")
+        name = hole(prefix, f"tile_{r.name}")
         options = sp.space.params[sp.space.names.index(name)].values
         values[name] = (r.extent,) if r.extent <= 4 and (r.extent,) in options else options[0]
-    values[hole(stage, "par")] = 1
-    values[hole(stage, "unroll")] = 0  # GCC unrolls and vectorizes such a nest well by itself (measured)
-    if hole(stage, "at") in values:
-        values[hole(stage, "at")] = 2
+    values[hole(prefix, "par")] = 1
+    # GCC unrolls and vectorizes a nest over the last axis well by itself (measured); the
+    # rows of a tile vectorized along another axis must be unrolled for it to keep the
+    # loaded vectors in registers (measured: 2 FMAs with memory operands per row otherwise)
+    values[hole(prefix, "unroll")] = 512 if plan.vector else 0
+    if hole(prefix, "at") in values:
+        values[hole(prefix, "at")] = 2
     return True
 
 

@@ -16,6 +16,12 @@ rules, after Ansor's CPU rules:
   registers and stored once, fused with the elementwise work;
 - `cache_write`: without such a consumer, the reduction is also sketched accumulating
   in a local tile (`X.local`) that the stage copies out;
+- vector axis: when the contiguous axis does not fill whole vectors (a conv's 56
+  columns: 3.5 vectors of 16) while another spatial axis does (its 64 filters), the
+  local-tile sketches are also made vectorized along that axis: the local tile is laid
+  out with it last, and every input read along it elsewhere than in its last dimension
+  (the filters of the weights) is packed at the root into a copy laid out with it last;
+  the other inputs are broadcast (NCHWc-style blocking, written as a schedule);
 - `rfactor`: a reduction with little spatial parallelism and a long reduction is split
   into a partial reduction over a new spatial (parallel, vectorized) axis and a final one;
 - `simple`: everything else: outer spatial loops fused and parallel, the innermost
@@ -33,31 +39,40 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ..te.expr import IterVar
+from ..te.expr import IterVar, Reduce
 from ..te.tensor import Tensor
-from ..te.visit import reads
+from ..te.visit import reads, walk
 from .analysis import GraphInfo, StageInfo, analyze
 
 INLINE, SIMPLE, TILE, TILE_LOCAL, TILE_CONSUMER, CACHE_WRITE, RFACTOR = (
     "inline", "simple", "tile", "tile_local", "tile_consumer", "cache_write", "rfactor")
-RULES_VERSION = 2  # bump when sketches or holes change meaning: records are keyed by it
+RULES_VERSION = 3  # bump when sketches or holes change meaning: records are keyed by it
 MAX_SKETCHES = 16
 RFACTOR_MAX_SPATIAL = 64  # rfactor when the spatial size is at most this ...
 RFACTOR_MIN_REDUCE = 1024  # ... and the reduction at least this long
+VECTOR_BYTES = 64  # a vector register (AVX-512); a vector axis fills whole ones
 
 
 @dataclass(frozen=True)
 class StagePlan:
     """The rule applied to one stage; `partner` is the consumer a `tile_local` stage is
-    computed at, or the reduction whose tiles a `tile_consumer` shares."""
+    computed at, or the reduction whose tiles a `tile_consumer` shares; `vector` the
+    spatial axis a tiled stage vectorizes when it is not its last one."""
 
     stage: str
     rule: str
     partner: str = ""
+    vector: str = ""
+
+    @property
+    def prefix(self) -> str:
+        """What this plan's holes are named after: the stage (and its vector axis)."""
+        return f"{self.stage}.vec_{self.vector}" if self.vector else self.stage
 
     def __str__(self) -> str:
         sep = ">" if self.rule == TILE_LOCAL else "<"
-        return f"{self.stage}:{self.rule}" + (f"{sep}{self.partner}" if self.partner else "")
+        vec = f"(vec {self.vector})" if self.vector else ""
+        return f"{self.stage}:{self.rule}{vec}" + (f"{sep}{self.partner}" if self.partner else "")
 
 
 @dataclass(frozen=True)
@@ -133,12 +148,14 @@ def _reduction_plans(g: GraphInfo, names: list[str], inlined: set[str]) -> list[
             continue
         if needs_tiling(s):
             consumer = fusible_consumer(g, s, inlined)
+            vectors = vector_axes(s, inlined)
             if consumer is not None and consumer not in taken:
                 taken.add(consumer)
-                options.append([{n: StagePlan(n, TILE_LOCAL, consumer),
-                                 consumer: StagePlan(consumer, TILE_CONSUMER, n)}])
+                options.append([{n: StagePlan(n, TILE_LOCAL, consumer, v),
+                                 consumer: StagePlan(consumer, TILE_CONSUMER, n)} for v in ["", *vectors]])
             else:
-                options.append([{n: StagePlan(n, CACHE_WRITE)}, {n: StagePlan(n, TILE)}])
+                options.append([{n: StagePlan(n, CACHE_WRITE)}, {n: StagePlan(n, TILE)}]
+                               + [{n: StagePlan(n, CACHE_WRITE, vector=v)} for v in vectors])
         elif needs_rfactor(s):
             options.append([{n: StagePlan(n, RFACTOR)}, {n: StagePlan(n, SIMPLE)}])
     out = []
@@ -148,6 +165,51 @@ def _reduction_plans(g: GraphInfo, names: list[str], inlined: set[str]) -> list[
             plans.update(part)
         out.append(plans)
     return out
+
+
+def lanes(dtype: str) -> int:
+    return VECTOR_BYTES // (8 if dtype == "float64" else 2 if dtype == "float16" else 4)
+
+
+def vector_axes(s: StageInfo, inlined: set[str] = frozenset()) -> list[str]:
+    """Spatial axes other than the last that a local tile of `s` may be vectorized along:
+    only when the last axis does not fill whole vectors and the axis does; every read
+    along the axis must be packable (the axis alone in one dimension of a tensor that has
+    a buffer), and some read must not depend on it (the broadcast operand)."""
+    n = lanes(s.tensor.dtype)
+    if len(s.spatial) < 2 or s.spatial[-1].extent % n == 0:
+        return []
+    body = s.tensor.op.body
+    source = body.source if isinstance(body, Reduce) else body
+    out = []
+    for a in s.spatial[:-1]:
+        if a.extent % n:
+            continue
+        along = [r for r in reads(source) if any(v is a or v == a for ix in r.indices for v in walk(ix))]
+        if len(along) == len(reads(source)) or not all(packable(r, a, inlined) for r in along):
+            continue
+        out.append(a.name)
+    return out
+
+
+def packs(body, axis: IterVar) -> list[tuple[Tensor, int]]:
+    """The tensors `body` reads along `axis` elsewhere than in their last dimension, each
+    with that dimension: what a tile vectorized along `axis` needs packed."""
+    source = body.source if isinstance(body, Reduce) else body
+    out: list[tuple[Tensor, int]] = []
+    for r in reads(source):
+        dims = [d for d, ix in enumerate(r.indices) if any(v is axis or v == axis for v in walk(ix))]
+        if dims and dims[0] != len(r.indices) - 1 and all(t is not r.tensor for t, _ in out):
+            out.append((r.tensor, dims[0]))
+    return out
+
+
+def packable(r, axis: IterVar, inlined: set[str] = frozenset()) -> bool:
+    """`r` reads along `axis` in exactly one dimension, indexed by the axis alone."""
+    if r.tensor.name in inlined:
+        return False
+    dims = [d for d, ix in enumerate(r.indices) if any(v is axis or v == axis for v in walk(ix))]
+    return len(dims) == 1 and r.indices[dims[0]] == axis
 
 
 def fusible_consumer(g: GraphInfo, s: StageInfo, inlined: set[str]) -> str | None:
