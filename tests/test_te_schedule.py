@@ -218,3 +218,21 @@ def test_tails_are_split_off_full_tiles_and_vectorized_tails_shortened():
     assert [(x.loop, x.extent, x.kind) for x in loops(f.body)] == [
         ("i.0", 6, "serial"), ("i.1", 16, "vectorize"), ("i.0", 1, "serial"), ("i.1", 4, "vectorize")]
     assert not any(isinstance(x, IfThenElse) for x in walk_stmts(f.body))
+
+
+def test_loading_selects_are_cut_out_of_loops_where_their_conditions_are_decided():
+    from tensortune.te.expr import Select
+    from tensortune.te.ir import Store, loops, walk_stmts
+    from tensortune.te.partition import partition_tails
+    from tensortune.te.visit import walk
+    X = te.placeholder((1, 3, 10, 12), name="X")
+    P = W.pad(X, 1, 2)  # (1, 3, 12, 16): one row above and below, two columns each side
+    s = te.create_schedule(P)
+    s[P].vectorize(s[P].loops[-1])
+    f = partition_tails(s.lower())
+    # rows: border (1), interior (10), border (1); columns of interior rows: 2, 12, 2
+    assert [(x.loop, x.extent) for x in loops(f.body)] == [
+        ("b", 1), ("ch", 3), ("y", 1), ("z", 16), ("y", 10), ("z", 2), ("z", 12), ("z", 2), ("y", 1), ("z", 16)]
+    assert "pad[b, ch, (y + 1), (z + 2)] = X[b, ch, y, z]" in str(f)  # the interior: a plain copy
+    stores = [x for x in walk_stmts(f.body) if isinstance(x, Store)]
+    assert len(stores) == 5 and not any(isinstance(e, Select) for st in stores for e in walk(st.value))
