@@ -147,19 +147,22 @@ def _print_tables(summary: dict, means: dict, budgets: list[int]) -> None:
 @click.option("--splits", default=5, show_default=True, help="Random splits averaged over.")
 @click.option("--members", default=1, show_default=True,
               help="1: one XGBRankModel (what the strategies use); N: a bootstrap ensemble of N.")
+@click.option("--objective", type=click.Choice(["rank", "regression"]), default="rank", show_default=True,
+              help="The model's training objective (rank: pairwise, what the strategies use).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="Write dataset -> {kendall_tau, top1_error_pct, top5_error_pct} here.")
 @click.option("--print-json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction: float, splits: int,
-                members: int, json_out: str | None, as_json: bool) -> None:
+                members: int, objective: str, json_out: str | None, as_json: bool) -> None:
     """Rank quality of the cost model on the configurations it was not trained on."""
     from ..bench.model_quality import evaluate_model
+    from ..model import XGBParams
 
     if not 0 < train_fraction < 1:
         raise click.BadParameter("must be between 0 and 1", param_hint="--train-fraction")
     results = {}
     for path in _dataset_paths(datasets + more):
-        q = evaluate_model(path, train_fraction, splits, members=members)
+        q = evaluate_model(path, train_fraction, splits, members=members, params=XGBParams(objective=objective))
         results[q.dataset] = q.to_json()
     if len(results) > 1:
         keys = ("kendall_tau", "top1_error_pct", "top5_error_pct")
@@ -170,7 +173,7 @@ def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction
     if as_json:
         print_json(results)
         return
-    what = "cost model" if members == 1 else f"ensemble of {members} cost models"
+    what = f"cost model ({objective})" if members == 1 else f"ensemble of {members} cost models ({objective})"
     table = Table(title=f"{what} trained on {train_fraction:.0%} of each space ({splits} splits)")
     for col in ("dataset", "Kendall tau", "top-1 error", "top-5 error", "fit"):
         table.add_column(col, justify="left" if col == "dataset" else "right")
