@@ -50,6 +50,11 @@ def test_bench_model_reports_rank_quality(pnpoly, tmp_path):
     quality = json.loads(out.read_text())["pnpoly-RTX_3090"]
     assert set(quality) >= {"kendall_tau", "top1_error_pct", "top5_error_pct"}
     assert quality["kendall_tau"] > 0.5
+    regression = CliRunner().invoke(cli, ["bench", "model", "--dataset", pnpoly, "--splits", "1",
+                                          "--objective", "regression", "--print-json"])
+    assert regression.exit_code == 0, regression.output
+    assert "pnpoly-RTX_3090" in regression.output
+    assert json.loads(regression.output)["pnpoly-RTX_3090"]["kendall_tau"] != quality["kendall_tau"]
 
 
 def test_parallel_runs_equal_serial_runs(pnpoly):
