@@ -151,6 +151,12 @@ def test_search_proposes_canonical_unique_valid_configs():
     for _ in range(20):
         child = s.ops.mutate(point)
         assert child is None or (child != point and sp.space.is_valid(sp.space.to_config(child)))
+    # the evolution's moves stay canonical: no population slot is spent on a copy of a program
+    conv = SketchSpace.of(W.conv2d_nchw(1, 4, 7, 7, 32, 3, 3, padding=1).outputs)
+    ops = SketchSearch(conv, seed=0, budget=40).ops
+    parents = ops.random(30)
+    moved = [c for c in ops.mutate_many(parents) + [ops.crossover(parents[0], parents[1])] if c is not None]
+    assert moved and all(conv.canonical(conv.space.to_config(p)) == conv.space.to_config(p) for p in parents + moved)
 
 
 def test_a_wrong_kernel_is_that_candidates_wrong_result():

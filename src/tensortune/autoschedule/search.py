@@ -79,6 +79,25 @@ class SketchPointOps(PointOps):
                         for sketch in sp.sketches.values() for p in sketch.plans
                         for a in sp.graph[p.stage].spatial + sp.graph[p.stage].reduce}
 
+    def canonical(self, point: Point | None) -> Point | None:
+        """The point of the same program with the holes its sketch does not use reset, so
+        that the evolution does not spend its population on copies of one program."""
+        if point is None:
+            return None
+        canon = self.space.to_point(self.sp.canonical(self.space.to_config(point)))
+        return canon if self.valid(canon) else point
+
+    def random(self, n: int) -> list[Point]:
+        return [self.canonical(p) for p in super().random(n)]
+
+    def crossover(self, a: Point, b: Point) -> Point | None:
+        return self.canonical(super().crossover(a, b))
+
+    def mutate_many(self, parents: Sequence[Point], extra_gene: float = 0.25) -> list[Point | None]:
+        """Program-aware mutations (`mutate`) of each parent; a share `extra_gene` change
+        two genes."""
+        return [self.mutate(p, 2 if self.rng.random() < extra_gene else 1) for p in parents]
+
     def mutate(self, point: Point, genes: int = 1) -> Point | None:
         config = self.space.to_config(point)
         used = sorted(self.sp.used(config))
@@ -102,7 +121,7 @@ class SketchPointOps(PointOps):
                     new[k] = param.values.index(moved)
                 else:
                     new[k] = self._step(k, new[k])
-            cand = tuple(new)
+            cand = self.canonical(tuple(new))
             if cand != point and self.valid(cand):
                 return cand
         return None
