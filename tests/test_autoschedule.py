@@ -196,6 +196,17 @@ def test_autoschedule_records_every_trial_and_rebuilds_without_searching(tmp_pat
     assert len(db.records(k.workload, Target.cpu())) == len(records)
 
 
+def test_autoschedule_beside_records_of_the_same_graph_under_another_key(tmp_path):
+    """The Tuner offers a model pre-trained on such records (as after a rules version
+    bump); the sketch search declines it and keeps its program features."""
+    w = W.matmul(16, 16, 16)
+    autoschedule(w, budget=9, db=tmp_path / "r.db", progress=False, timer=FAST_TIMER, confirm=1)
+    A, B = w.inputs
+    k = autoschedule(w, args=[B, A, w.output], budget=9, db=tmp_path / "r.db", progress=False, timer=FAST_TIMER,
+                     confirm=1)
+    assert k.trials == 9 and not k.from_db
+
+
 def test_autoschedule_many_shares_one_budget(tmp_path):
     ks = autoschedule_many([W.matmul(16, 16, 16), W.transpose(32, 16)], weights=[2.0, 1.0], budget=8,
                            db=tmp_path / "r.db", policy="round-robin", trials_per_round=2, timer=FAST_TIMER,
