@@ -69,7 +69,10 @@ class ModelGuidedSearch(PlannedSearch):
 
     def use_prior(self, model: XGBRankModel, workload_key: Mapping[str, Any] | None = None) -> bool:
         """Start from `model` (pre-trained on other shapes or devices): its scores guide the
-        first plans and fade as this search's own measurements arrive."""
+        first plans and fade as this search's own measurements arrive. Declined (False)
+        by a search whose model sees other features than the space's parameters."""
+        if type(self.features) is not FeatureExtractor:
+            return False
         self.features = FeatureExtractor(self.space, workload_key)
         members = self.model.models if isinstance(self.model, BootstrapEnsemble) else [self.model]
         if not all(isinstance(m, XGBRankModel) for m in members):
