@@ -173,3 +173,17 @@ def test_replay_of_a_real_space(shared_datasets, name):
     assert sum(r.failures for r in runs) > 0  # this space fails often; failures count as trials
     if name == "auto":
         assert min(r.score for r in runs) > 0.85
+
+
+def test_mutate_many_uses_a_subclass_mutate():
+    """A PointOps subclass that only redefines `mutate` is not bypassed by the vectorized path."""
+    import numpy as np
+
+    from tensortune.search.points import PointOps
+
+    class OnlyUp(PointOps):
+        def mutate(self, point, genes=1):
+            return tuple(min(i + 1, n - 1) for i, n in zip(point, self.sizes))
+
+    ops = OnlyUp(Space({"a": list(range(5)), "b": list(range(5))}), np.random.default_rng(0))
+    assert ops.mutate_many([(0, 0), (3, 4)]) == [(1, 1), (4, 4)]

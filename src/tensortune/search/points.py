@@ -113,10 +113,14 @@ class PointOps:
 
     def mutate_many(self, parents: Sequence[Point], extra_gene: float = 0.25) -> list[Point | None]:
         """A valid mutation of each parent (None where a few tries found none); a share
-        `extra_gene` of the children change two parameters."""
+        `extra_gene` of the children change two parameters. A subclass that redefines
+        `mutate` alone gets its `mutate` here too (the vectorized path knows only the
+        uniform moves)."""
         out: list[Point | None] = [None] * len(parents)
         if not self.free or not parents:
             return out
+        if type(self).mutate is not PointOps.mutate:
+            return [self.mutate(p, 2 if self.rng.random() < extra_gene else 1) for p in parents]
         todo = np.arange(len(parents))
         rows_all = np.asarray(parents, dtype=np.int64)
         for _ in range(self.tries):
