@@ -189,6 +189,19 @@ def test_annotations_become_pragmas(cc):
     assert "const float* restrict A" in src and "float* restrict C" in src
 
 
+def test_a_parallel_loop_of_one_iteration_starts_no_threads():
+    A = te.placeholder((1, 8), name="A")
+    B = te.compute((1, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    s = te.create_schedule(B)
+    s[B].parallel("i")
+    assert "omp parallel" not in te.c_source(s)
+    A2 = te.placeholder((2, 8), name="A")
+    B2 = te.compute((2, 8), lambda i, j: A2[i, j] * 2.0, name="B")
+    s2 = te.create_schedule(B2)
+    s2[B2].parallel("i")
+    assert "#pragma omp parallel for" in te.c_source(s2)
+
+
 def _try(fn, *args, **kwargs):
     try:
         fn(*args, **kwargs)

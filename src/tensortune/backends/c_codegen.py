@@ -139,7 +139,7 @@ class _CodeGen:
                 self.stmt(c, depth)
         elif isinstance(s, For):
             v = self.names[s.var]
-            if s.kind == "parallel":
+            if s.kind == "parallel" and s.extent > 1:  # (one iteration: no threads to start)
                 nt = f" num_threads({self.threads})" if self.threads else ""
                 self.lines.append(f"{pad}#pragma omp parallel for schedule(static){nt}")
             elif s.kind == "vectorize":
