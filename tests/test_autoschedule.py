@@ -109,6 +109,22 @@ def test_vector_axis_sketch_packs_the_operand_and_its_seeds_compute_the_conv():
         check_close(te.build(apply_config(sp, cfg), list(w.args))(*inputs), want, 1e-3, 1e-3)
 
 
+def test_a_parallel_producer_splits_its_work_across_threads_as_its_consumer_does():
+    w = W.conv2d_nchw(1, 5, 7, 7, 32, 3, 3, padding=1)
+    sp = SketchSpace.of(w.outputs)
+    seed = next(c for c in register_tile_seeds(sp) if c["sketch"] == "pad:simple,conv:cache_write(vec f)")
+    s = apply_config(sp, seed)
+    # the conv's threads split the rows (the filters, packed and read whole, come last) ...
+    assert s["conv"].loops[0].name == "b.0@y.0@x.0@f.0" and s["conv"].loops[0].annotation == "parallel"
+    # ... and the padding is computed in parallel over the same rows, not over channels
+    assert [(l.name, l.annotation) for l in s["pad"].loops[:3]] == [("y", "parallel"), ("b", ""), ("ch", "")]
+    assert [l.name for l in apply_config(sp, seed.replace(pad_par=0))["pad"].loops[:3]] == ["b", "ch", "y"]
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal(t.shape).astype("float32") for t in w.inputs]
+    want = reference_outputs(w.outputs, **{t.name: a for t, a in zip(w.inputs, inputs)})["conv"]
+    check_close(te.build(apply_config(sp, seed), list(w.args))(*inputs), want, 1e-3, 1e-3)
+
+
 def test_rfactor_sketch_computes_the_reduction():
     A = te.placeholder((3000,), name="A")
     k = te.reduce_axis(3000, "k")

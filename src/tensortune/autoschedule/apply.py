@@ -18,13 +18,17 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..te.expr import Reduce
 from ..te.schedule import Schedule, Stage
+from ..te.visit import reads, walk
+from .analysis import StageInfo
 from .holes import SketchSpace, hole
 from .rfactor import rfactor_graph
-from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, packs
+from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, Sketch, packs
 
 
 def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
@@ -49,7 +53,7 @@ def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
         elif p.rule == TILE:
             _tile_root(s, config, p.prefix)
         elif p.rule == SIMPLE:
-            _simple(s, config, p.stage)
+            _simple(s, config, p.stage, lead=_consumer_split(sp, sketch, config, p.stage))
         elif p.rule == RFACTOR:
             _rfactor_partial(s, config, p.stage, partials[p.stage])
             _simple(s, {hole(p.stage, "vec"): (1,), hole(p.stage, "par"): 0}, p.stage)
@@ -89,6 +93,10 @@ def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: S
         parts = consumer.split(name, factors=(f1, f2 * f3))
         for lv, loop in enumerate(parts):
             levels[lv].append(loop.name)
+    if vector:  # the threads split the other axes: each reads a part of the broadcast input, all of the packed one
+        kv = c_axes.index(vector)
+        for lv in (0, 1):
+            levels[lv].append(levels[lv].pop(kv))
     consumer.reorder(*levels[0], *levels[1], *levels[2])
     if par:
         fused = _parallel(consumer, levels[0] + (levels[1] if par == 2 else []))
@@ -171,7 +179,45 @@ def _unroll(stage: Stage, loops: list[str], max_step: int) -> None:
             stage.unroll(name)
 
 
-def _simple(s: Schedule, config: Mapping[str, Any], name: str) -> None:
+def parallel_order(sketch: Sketch, stage: StageInfo) -> list[str]:
+    """The spatial axes of a tiled stage in the order its parallel loop fuses them."""
+    names = [a.name for a in stage.spatial]
+    vector = sketch.plan(stage.name).vector
+    return [n for n in names if n != vector] + ([vector] if vector else [])
+
+
+def _consumer_split(sp: SketchSpace, sketch: Sketch, config: Mapping[str, Any], name: str) -> str:
+    """The axis of stage `name` (computed at the root) along which its one consumer's
+    parallel loop divides the work among threads: the first axis of that loop with more
+    than one outer tile, as the producer reads it (alone in one of its dimensions).
+    Computing the producer in parallel along the same axis, each thread writes what it
+    then reads. "" when there is none, or when the producer's last axis (vectorized) is it."""
+    g = sp.graph
+    consumers = g[name].consumers
+    if len(consumers) != 1 or not config.get(hole(name, "par")):
+        return ""
+    plan = sketch.plan(consumers[0])
+    if plan.rule not in (TILE, TILE_LOCAL, CACHE_WRITE):
+        return ""
+    c = g[consumers[0]]
+    extents = {a.name: a for a in c.spatial}
+    split = next((a for a in parallel_order(sketch, c)
+                  if extents[a].extent // math.prod(config[hole(plan.prefix, f"tile_{a}")]) > 1), None)
+    if split is None:
+        return ""
+    body = c.tensor.op.body
+    source = body.source if isinstance(body, Reduce) else body
+    dims = {d for r in reads(source) if r.tensor.name == name for d, ix in enumerate(r.indices)
+            if any(v is extents[split] or v == extents[split] for v in walk(ix))}
+    axes = g[name].spatial
+    if len(dims) != 1 or (d := dims.pop()) == len(axes) - 1:
+        return ""
+    return axes[d].name
+
+
+def _simple(s: Schedule, config: Mapping[str, Any], name: str, lead: str = "") -> None:
+    """Outer axes fused and parallel (`par` of them; `lead` first, if given), the last one
+    split and vectorized."""
     stage = s[name]
     op = stage.tensor.op
     if not op.axes:
@@ -180,6 +226,8 @@ def _simple(s: Schedule, config: Mapping[str, Any], name: str) -> None:
     vec = config[hole(name, "vec")][0]
     reduce = [r.name for r in op.reduce_axes]
     outer = axes[:-1]
+    if lead in outer:
+        outer = [lead] + [a for a in outer if a != lead]
     inner: list[str] = []
     if vec > 1:
         o, i = stage.split(axes[-1], factors=(vec,))
@@ -187,7 +235,9 @@ def _simple(s: Schedule, config: Mapping[str, Any], name: str) -> None:
         inner.append(i.name)
     else:
         outer.append(axes[-1])
-    if inner and reduce:
+    if lead in outer:
+        stage.reorder(*outer, *reduce, *inner)
+    elif inner and reduce:
         stage.reorder(*outer, *reduce, *inner)
     if inner:
         stage.vectorize(inner[0])
