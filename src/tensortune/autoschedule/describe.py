@@ -60,7 +60,8 @@ def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
                       f"      {p.stage}.rf[lane, {', '.join(sp)}] += ...",
                       f"  for {', '.join(sp)}: {p.stage}[...] = sum over lanes of {p.stage}.rf"]
         elif p.rule == SIMPLE:
-            lines += _simple(sp, rd, s.name, _text(s))
+            follows = len(s.consumers) == 1 and sketch.plan(s.consumers[0]).rule in (TILE, TILE_LOCAL, CACHE_WRITE)
+            lines += _simple(sp, rd, s.name, _text(s), follows)
     return "\n".join(lines)
 
 
@@ -81,8 +82,8 @@ def _tiled_local(sp, rd, local, update, stage, copy, vector="") -> list[str]:
         rows = [a for a in sp if a != vector]
         laid = ", ".join(rows + [vector])
         return [
-            f"  parallel for {'@'.join(a + '.0' for a in sp)} (fused, ? levels)",
-            f"    for {j(1)}",
+            f"  parallel for {'@'.join(a + '.0' for a in rows + [vector])} (fused, ? levels)",
+            f"    for {', '.join(a + '.1' for a in rows + [vector])}",
             f"      {local}[{laid}] = 0 over the tile           # laid out {vector} last; here or one level up",
             f"      for {', '.join(r + '.0' for r in rd)}",
             f"        for {', '.join(a + '.2' for a in sp)}",
@@ -122,11 +123,12 @@ def _tiled_root(sp, rd, update) -> list[str]:
     ]
 
 
-def _simple(sp, rd, name, text) -> list[str]:
+def _simple(sp, rd, name, text, follows=False) -> list[str]:
     if not sp:
         return [f"  {name} = {text}"]
     outer = ", ".join(sp[:-1] + [sp[-1] + ".0"])
-    lines = [f"  parallel for (the first ? of) {outer}"]
+    note = "   # the axis its consumer's threads split first" if follows else ""
+    lines = [f"  parallel for (the first ? of) {outer}{note}"]
     if rd:
         lines.append(f"    for {', '.join(rd)}")
     lines += [f"    {'  ' if rd else ''}vectorize for {sp[-1]}.1 in ?",
