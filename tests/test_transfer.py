@@ -75,3 +75,14 @@ def test_regression_objective_ranks_and_unknown_objectives_are_refused():
     assert np.corrcoef(m.predict(X[100:]), -times[100:])[0, 1] > 0.8
     with pytest.raises(ValueError, match="unknown cost-model objective 'huber'"):
         XGBParams(objective="huber")
+
+
+def test_no_model_is_fitted_for_a_strategy_that_would_not_take_it(monkeypatch):
+    import tensortune.model.pretrain as pretrain
+
+    db = Database(":memory:")
+    _tune(db, 1, 40, seed=0)
+    calls = []
+    monkeypatch.setattr(pretrain, "transfer_model", lambda *a, **k: calls.append(a))
+    tuner, _ = _tune(db, 2, 5, seed=0, strategy="random")
+    assert calls == [] and tuner.transferred_from == 0

@@ -174,7 +174,7 @@ class Tuner:
     def _use_transfer(self) -> None:
         """Give a model-guided strategy a cost model pre-trained on the database's records
         of this kernel's other shapes and of this shape on other devices."""
-        if self.db is None or not self.transfer:
+        if self.db is None or not self.transfer or not self.strategy.accepts_prior:
             return
         from .model.features import FeatureExtractor
         from .model.pretrain import transfer_model

@@ -165,12 +165,9 @@ class _Session:
         self.builder = SketchBuilder(sp, problem.args, jobs=jobs)
         chooser = SketchSearch(sp, seed=seed, budget=expected_trials) if strategy == "evolutionary" else \
             create_strategy(strategy, sp.space, seed=seed, budget=expected_trials)
-        # (the sketch search's cost model sees loop-nest features, not the raw parameters a
-        # model pre-trained on other shapes' records would be fitted on)
         self.tuner = Tuner(sp.space, self.runner, workload=problem.workload, target=target, db=db,
                            builder=self.builder, strategy=chooser, budget=expected_trials, seed=seed, batch_size=8,
-                           progress=progress, description=problem.name,
-                           transfer=not isinstance(chooser, SketchSearch))
+                           progress=progress, description=problem.name)
         self.results: list[MeasureResult] = []
         self.seconds = 0.0
 

@@ -149,11 +149,6 @@ class SketchSearch(EvolutionarySearch):
         self._proposed: set[Config] = set()
         self._seeds = register_tile_seeds(sp) if seeds else []
 
-    def use_prior(self, model, workload_key=None) -> bool:
-        """Declined: a model pre-trained on raw parameters does not fit the program
-        features this search's model sees (and would replace its feature extractor)."""
-        return False
-
     def ask(self, n: int) -> list[Config]:
         out: list[Config] = []
         while self._seeds and len(out) < n:

@@ -38,6 +38,10 @@ class AutoSearch(SearchStrategy):
         self.inner: SearchStrategy = ExhaustiveSearch(space, seed, budget) if covers else \
             EvolutionarySearch(space, seed, budget, **options)
 
+    @property
+    def accepts_prior(self) -> bool:
+        return self.inner.accepts_prior
+
     def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None) -> bool:
         return self.inner.use_prior(model, workload_key)
 

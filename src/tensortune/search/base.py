@@ -47,6 +47,12 @@ class SearchStrategy(ABC):
             self.seen.add(r.config)
             self.history.append(r)
 
+    @property
+    def accepts_prior(self) -> bool:
+        """Whether `use_prior` would take a pre-trained cost model (asked before one is
+        fitted, so strategies without a model cost nothing)."""
+        return False
+
     def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None) -> bool:
         """Take a cost model pre-trained on other shapes or devices as a starting point;
         False when this strategy has no use for one (the default)."""

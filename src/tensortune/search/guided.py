@@ -67,17 +67,23 @@ class ModelGuidedSearch(PlannedSearch):
         self._fitted_on = -1
         self._prior = False
 
+    def _members(self) -> list[CostModel]:
+        return list(self.model.models) if isinstance(self.model, BootstrapEnsemble) else [self.model]
+
+    @property
+    def accepts_prior(self) -> bool:
+        """A prior fits only XGBoost models over the space's own parameters (not, say, a
+        search whose model sees program features)."""
+        return type(self.features) is FeatureExtractor and \
+            all(isinstance(m, XGBRankModel) for m in self._members())
+
     def use_prior(self, model: XGBRankModel, workload_key: Mapping[str, Any] | None = None) -> bool:
         """Start from `model` (pre-trained on other shapes or devices): its scores guide the
-        first plans and fade as this search's own measurements arrive. Declined (False)
-        by a search whose model sees other features than the space's parameters."""
-        if type(self.features) is not FeatureExtractor:
+        first plans and fade as this search's own measurements arrive."""
+        if not self.accepts_prior:
             return False
         self.features = FeatureExtractor(self.space, workload_key)
-        members = self.model.models if isinstance(self.model, BootstrapEnsemble) else [self.model]
-        if not all(isinstance(m, XGBRankModel) for m in members):
-            return False
-        for m in members:
+        for m in self._members():
             m.base, m.feature_names = model, self.features.names  # type: ignore[union-attr]
         self._fitted_on = -1
         self._prior = True

@@ -38,6 +38,10 @@ class Seeded(SearchStrategy):
         self.seeds = list(dict.fromkeys(seeds))
         self.name = f"{inner.name or 'custom'}+seeded"
 
+    @property
+    def accepts_prior(self) -> bool:
+        return self.inner.accepts_prior
+
     def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None) -> bool:
         return self.inner.use_prior(model, workload_key)
 
