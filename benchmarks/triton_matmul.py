@@ -315,8 +315,10 @@ def replay(opts):
     """Replay the exhaustive measurements of a run (--replay DB) to score strategies at a
     budget over many seeds, on the CPU: best found / grid best (1.0 = the best found).
 
-    Cold: every shape alone. Sequential: the shapes tuned one after another into one
-    database, each starting from the nearest tuned shapes' best (what the decorator does).
+    Cold: every shape alone. Transfer: the shapes tuned one after another into one
+    database, each search starting from a cost model pre-trained on the earlier shapes'
+    records. Sequential: as transfer, and each search first measures the nearest tuned
+    shapes' best (what the decorator does).
     """
     from tensortune.db import Database, Target
     from tensortune.frontends.triton.configs import space_of_triton_configs
@@ -358,20 +360,20 @@ def replay(opts):
                 yield MeasureResult(b.config, r.times, r.error, r.message)
 
     rows = {}
-    for mode in ("cold", "sequential"):
+    for mode in ("cold", "transfer", "sequential"):
         for strategy in opts.strategies:
             scores = {}
             for seed in range(opts.repeats):
                 db = Database(":memory:")
                 for w, table, best in shapes:
                     strat = create_strategy(strategy, space, seed=seed, budget=opts.budget_run)
-                    if mode == "sequential":
+                    if mode == "sequential":  # warm-start seeds as well as the transferred model
                         key = TuningKey.from_dict(("M", "N", "K"), w.key)
                         seeds = seed_configs(db, w, target, key, space, limit=max(1, opts.budget_run // 4))
                         strat = Seeded(strat, seeds) if seeds else strat
                     result = Tuner(space, Replay(table), workload=w, target=target, db=db, strategy=strat,
                                    budget=opts.budget_run, seed=seed, batch_size=8, progress=False,
-                                   transfer=mode == "sequential").run()
+                                   transfer=mode != "cold").run()
                     shape = "x".join(str(w.key[k]) for k in ("M", "N", "K"))
                     scores.setdefault(shape, []).append(best / result.best_time)
             for shape, ss in scores.items():
