@@ -32,10 +32,25 @@ from .space import Config, Space
 
 @dataclass(frozen=True)
 class Budget:
-    """Stop after `trials` unique configurations measured in this run, or after `seconds`."""
+    """Stop after `trials` unique configurations measured in this run, or after `seconds`.
+
+    A candidate the builder rejects (it fails to compile, or needs more shared memory than
+    the device has) is recorded as a failure like any other, but the first
+    `free_rejections` of them do not use up trials: they cost compile time, never a
+    measurement. None (the default) means 0 to the Tuner, which counts every candidate (as
+    the replay benchmarks do); the Triton frontend reads it as `trials`.
+
+    Example:
+        >>> from tensortune.measure import ErrorKind
+        >>> b = Budget.of({"trials": 32, "free_rejections": 8})
+        >>> b.charged([MeasureResult.failed(Config(a=i), ErrorKind.OUT_OF_RESOURCES, "", extra={"stage": "build"})
+        ...            for i in range(10)])
+        2
+    """
 
     trials: int | None = None
     seconds: float | None = None
+    free_rejections: int | None = None
 
     def __post_init__(self) -> None:
         if self.trials is None and self.seconds is None:
@@ -44,6 +59,13 @@ class Budget:
             raise ValueError(f"budget trials must be at least 1, got {self.trials}")
         if self.seconds is not None and self.seconds <= 0:
             raise ValueError(f"budget seconds must be positive, got {self.seconds}")
+        if self.free_rejections is not None and self.free_rejections < 0:
+            raise ValueError(f"budget free_rejections must be at least 0, got {self.free_rejections}")
+
+    def charged(self, results: Sequence[MeasureResult]) -> int:
+        """How many of a run's `results` use up trials."""
+        rejected = sum(1 for r in results if r.rejected_by_build)
+        return len(results) - min(rejected, self.free_rejections or 0)
 
     @staticmethod
     def of(value: "Budget | int | float | dict[str, Any] | None", default_trials: int = 100) -> "Budget":
@@ -147,18 +169,20 @@ class Tuner:
                 while not self._exhausted(new, start):
                     n = self.batch_size
                     if self.budget.trials is not None:
-                        n = min(n, self.budget.trials - len(new))
+                        n = min(n, self.budget.trials - self.budget.charged(new))
                     configs = self.strategy.ask(n)
                     if not configs:
                         break
                     told = []
                     for result in self.runner.run(self.builder.build(configs)):
                         self._record(result, session)
+                        charged = self.budget.charged(new)
                         new.append(result)
                         told.append(result)
                         if result.ok and (best is None or result.time < best.time):
                             best = result
-                        bar.update(best.time if best else math.inf, failed=not result.ok)
+                        bar.update(best.time if best else math.inf, failed=not result.ok,
+                                   advance=self.budget.charged(new) - charged)
                         for cb in self.callbacks:
                             cb(result)
                         if self._out_of_time(start):
@@ -198,6 +222,6 @@ class Tuner:
         return self.budget.seconds is not None and time.perf_counter() - start >= self.budget.seconds
 
     def _exhausted(self, new: list[MeasureResult], start: float) -> bool:
-        if self.budget.trials is not None and len(new) >= self.budget.trials:
+        if self.budget.trials is not None and self.budget.charged(new) >= self.budget.trials:
             return True
         return self._out_of_time(start)

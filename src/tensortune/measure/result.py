@@ -50,6 +50,12 @@ class MeasureResult:
         return self.error is None and bool(self.times)
 
     @property
+    def rejected_by_build(self) -> bool:
+        """Failed before running: the builder rejected it (a compile error, or more of a
+        resource than the device has); it cost compile time but no measurement."""
+        return not self.ok and self.extra.get("stage") == "build"
+
+    @property
     def time(self) -> float:
         """Median time in seconds; infinity for a failed candidate."""
         return statistics.median(self.times) if self.ok else math.inf

@@ -31,7 +31,7 @@ class Runner(Protocol):
 def failed_build(build: BuildResult) -> MeasureResult:
     assert build.error is not None
     return MeasureResult.failed(build.config, build.error, build.message,
-                                compile_seconds=build.compile_seconds)
+                                compile_seconds=build.compile_seconds, extra={"stage": "build"})
 
 
 def check_close(actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None) -> None:
