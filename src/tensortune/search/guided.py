@@ -9,6 +9,17 @@ The first points are a space-filling random sample: many uniform draws, from whi
 points are picked greedily to be far apart (in how many parameters they differ), so a
 small initial sample covers every parameter's values.
 
+Failures: a failed measurement ranks below every success in the cost model. A candidate
+the builder rejected (`MeasureResult.rejected_by_build`: it did not compile, or needs
+more shared memory than the device has) is different: it says where the space stops, not
+how fast anything is, and it cost no measurement. Once there are such rejections, the
+ranking model learns from the configurations that ran only, a failure classifier
+(`tensortune.model.failures`) learns where candidates fail, and points it predicts to
+fail rank below all others. (Teaching a ranking model that the largest tiles are the
+"slowest" hides that the fastest configurations sit right beside them; on the H100
+matmul grid this split doubles how often a cold 32-measurement search ends within 2% of
+the best, docs/benchmarks/triton.md.)
+
 Example:
     >>> from tensortune.space import Space
     >>> from tensortune.search.evolutionary import EvolutionarySearch
@@ -22,12 +33,13 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ..model.base import CostModel
 from ..model.ensemble import BootstrapEnsemble
+from ..model.failures import FailureClassifier
 from ..model.features import FeatureExtractor
 from ..model.xgb_rank import XGBParams, XGBRankModel
 from ..space import Space
@@ -48,6 +60,8 @@ def initial_size(budget: int | None, low: int = 8, high: int = 24, fraction: flo
 class ModelGuidedSearch(PlannedSearch):
     """Base of strategies whose batches come from a cost model over all measurements."""
 
+    classify_failures: ClassVar[bool] = False  # fit the failure classifier without rejections too
+
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None, *,
                  plan_size: int | None = None, initial: int | None = None, epsilon: float = 0.05,
                  members: int = 1, model_params: XGBParams | None = None,
@@ -64,6 +78,7 @@ class ModelGuidedSearch(PlannedSearch):
             self.model = BootstrapEnsemble(members, model_params, seed, self.features.names, base_model)
         else:
             self.model = XGBRankModel(model_params, seed, self.features.names, base_model)
+        self.failures = FailureClassifier(seed)
         self._fitted_on = -1
         self._prior = False
 
@@ -118,7 +133,14 @@ class ModelGuidedSearch(PlannedSearch):
         if self._fitted_on == len(self.measured):
             return
         points, times = self.arrays()
-        self.model.fit(self.features.points(points), times)
+        X = self.features.points(points)
+        if self.rejected or self.classify_failures:
+            self.failures.fit(X, ~np.isfinite(times))
+        if self.rejected:
+            ran = np.asarray([p not in self.rejected for p in points], dtype=bool)
+            self.model.fit(X[ran], times[ran])
+        else:
+            self.model.fit(X, times)
         self._fitted_on = len(self.measured)
 
     def score(self, points: list[Point]) -> np.ndarray:
@@ -127,8 +149,13 @@ class ModelGuidedSearch(PlannedSearch):
         return self.model.predict(self.features.points(points))
 
     def acquisition(self, points: list[Point]) -> np.ndarray:
-        """What a plan maximizes; the model's score unless a strategy says otherwise."""
-        return self.score(points)
+        """What a plan maximizes: the model's score, with points predicted to be rejected
+        by the builder ranked below every other (once there were rejections)."""
+        scores = self.score(points)
+        if not self.rejected or not self.failures.fitted or not len(scores):
+            return scores
+        doomed = self.failures.success(self.features.points(points)) < 0.5
+        return np.where(doomed, scores - (np.ptp(scores) + 1.0), scores)
 
     def space_filling(self, n: int, draws_per_point: int = 16) -> list[Point]:
         """`n` unseen random points, chosen among many draws to differ in many parameters."""

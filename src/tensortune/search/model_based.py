@@ -3,10 +3,10 @@
 The surrogate is a bootstrap ensemble of ranking models fitted to every measurement;
 where members disagree, the data leave doubt. The acquisition is optimistic (upper
 confidence bound): the members' mean score plus `kappa` times their spread. Failures
-teach twice: they rank below every success in the surrogate, and a classifier fitted to
-failed versus successful points adds the log of the predicted chance of success (in
-units of the spread of scores), so regions that fail are avoided without being ruled
-out. The acquisition is
+teach twice: they rank below every success in the surrogate (unless the builder rejected
+them, see `ModelGuidedSearch`), and the failure classifier adds the log of the predicted
+chance of success (in units of the spread of scores), so regions that fail are avoided
+without being ruled out. The acquisition is
 maximized by the same evolution as `evolutionary` (mutations and crossovers of the best
 measured points and of random ones, scored by the model only), and the batch is its best
 unmeasured points. This is the shape of XLA's autotuner study and Helion's LFBO search.
@@ -36,49 +36,23 @@ from .evolutionary import EvolutionarySearch
 from .points import Point
 
 
-class FailureClassifier:
-    """P(success) of points, from xgboost's logistic loss on failed versus successful."""
-
-    def __init__(self, seed: int | None = 0, rounds: int = 20, max_depth: int = 3) -> None:
-        self.seed, self.rounds, self.max_depth = seed, rounds, max_depth
-        self.booster = None
-
-    def fit(self, features: np.ndarray, failed: np.ndarray) -> None:
-        import xgboost as xgb
-
-        if failed.all() or not failed.any():
-            self.booster = None  # nothing to tell apart
-            return
-        d = xgb.DMatrix(features, label=(~failed).astype(float), nthread=1)
-        self.booster = xgb.train({"objective": "binary:logistic", "max_depth": self.max_depth, "eta": 0.3,
-                                  "nthread": 1, "verbosity": 0, "tree_method": "hist",
-                                  "seed": int(self.seed or 0) % (2**31)}, d, self.rounds)
-
-    def success(self, features: np.ndarray) -> np.ndarray:
-        if self.booster is None:
-            return np.ones(len(features))
-        return self.booster.inplace_predict(features)
-
-
 class ModelBasedSearch(EvolutionarySearch):
     name = "model_based"
+    classify_failures = True
 
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None, *,
                  members: int = 4, kappa: float = 1.0, **options: Any) -> None:
         super().__init__(space, seed, budget, members=members, **options)
         self.kappa = kappa
-        self.failures = FailureClassifier(seed)
         self._scale = 1.0
 
     def refit(self) -> None:
         fitted_on = self._fitted_on
         super().refit()
         if fitted_on != self._fitted_on:
-            points, times = self.arrays()
-            X = self.features.points(points)
-            self.failures.fit(X, ~np.isfinite(times))
+            points, _ = self.arrays()
             # the spread of scores over measured points: the unit of the failure penalty
-            self._scale = float(np.std(self.model.predict(X))) or 1.0
+            self._scale = float(np.std(self.model.predict(self.features.points(points)))) or 1.0
 
     def acquisition(self, points: list[Point]) -> np.ndarray:
         if not points:

@@ -43,6 +43,7 @@ class PlannedSearch(SearchStrategy):
         self.plan_size = plan_size
         self.ops = PointOps(space, self.rng)
         self.measured: dict[Point, float] = {}  # point -> time in seconds, inf if it failed
+        self.rejected: set[Point] = set()  # failed in the builder (MeasureResult.rejected_by_build)
         self.seen_points: set[Point] = set()
         self._queue: list[Point] = []
         self._rest: list[Point] | None = None
@@ -85,6 +86,8 @@ class PlannedSearch(SearchStrategy):
                 continue
             self.seen_points.add(point)
             self.measured[point] = r.time if r.ok else math.inf
+            if r.rejected_by_build:
+                self.rejected.add(point)
 
     # ---- helpers for subclasses -----------------------------------------------------------
     @property
