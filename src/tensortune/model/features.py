@@ -7,7 +7,10 @@ numbers, and for positive integers that are not all powers of two their alignmen
 largest power of two dividing them: 48 -> 2^4), kept in a look-up table per parameter
 (computed on demand for parameters with huge ranges). Pairwise products of numeric
 parameters follow (threads per block is `block_x * block_y`, which trees cannot
-multiply).
+multiply). When a parameter is called `num_warps` (Triton's launch option), each other
+numeric parameter and each product of two is also divided by the threads of a block
+(`BLOCK_M*BLOCK_N/thread`: accumulator elements per thread, what decides register
+pressure and spilling).
 Numeric entries of the workload key (shapes) are constant columns; other entries
 (dtypes, layouts) become stable hashes.
 
@@ -36,6 +39,8 @@ from ..space import Config, Space
 from ..space.params import Param
 
 MAX_PRODUCT_PARAMS = 16  # products of at most this many numeric parameters (120 pairs)
+WARPS = "num_warps"  # a parameter of this name sets the threads of a block: 32 x num_warps
+WARP_SIZE = 32
 TABLE_LIMIT = 4096  # parameters with more choices compute their features on demand
 
 
@@ -84,6 +89,11 @@ def named_features(names: Sequence[str], config: Mapping[str, Any],
             x = _number(config.get(name[5:]))
             if x is not None and x > 0:
                 out[j] = math.log2(x)
+        elif name.endswith("/thread"):
+            values = [_number(config.get(n)) for n in name[:-7].split("*")]
+            warps = _number(config.get(WARPS))
+            if warps and all(v is not None for v in values):
+                out[j] = math.prod(values) / (WARP_SIZE * warps)  # type: ignore[arg-type]
         elif "*" in name:
             a, b = (_number(config.get(n)) for n in name.split("*", 1))
             if a is not None and b is not None:
@@ -171,6 +181,8 @@ class FeatureExtractor:
                     numeric.append((name, k, c))
             names.extend(pf.names)
         self._pairs: list[tuple[int, int, int, int]] = []
+        self._warps: tuple[int, int] | None = None
+        self._per_thread: list[tuple[tuple[int, int], ...]] = []
         if products:
             numeric = numeric[:MAX_PRODUCT_PARAMS]
             for a in range(len(numeric)):
@@ -179,6 +191,17 @@ class FeatureExtractor:
                     nb, kb, cb = numeric[b]
                     self._pairs.append((ka, ca, kb, cb))
                     names.append(f"{na}*{nb}")
+            warps = [(k, c) for n, k, c in numeric if n == WARPS]
+            if warps:
+                self._warps = warps[0]
+                others = [(n, k, c) for n, k, c in numeric if n != WARPS]
+                for a in range(len(others)):
+                    self._per_thread.append(((others[a][1], others[a][2]),))
+                    names.append(f"{others[a][0]}/thread")
+                for a in range(len(others)):
+                    for b in range(a + 1, len(others)):
+                        self._per_thread.append(((others[a][1], others[a][2]), (others[b][1], others[b][2])))
+                        names.append(f"{others[a][0]}*{others[b][0]}/thread")
         self._workload_values = [(f"workload.{k}", _value(v)) for k, v in sorted(self.workload_key.items())]
         names.extend(n for n, _ in self._workload_values)
         self.names: list[str] = names
@@ -194,6 +217,10 @@ class FeatureExtractor:
         if self._pairs:
             blocks.append(np.stack([blocks[ka][:, ca] * blocks[kb][:, cb] for ka, ca, kb, cb in self._pairs],
                                    axis=1))
+        if self._per_thread and self._warps is not None:
+            threads = WARP_SIZE * blocks[self._warps[0]][:, self._warps[1]]
+            blocks.append(np.stack([np.prod([blocks[k][:, c] for k, c in combo], axis=0) / threads
+                                    for combo in self._per_thread], axis=1))
         if self._workload_values:
             blocks.append(np.tile([v for _, v in self._workload_values], (len(idx), 1)))
         return np.concatenate(blocks, axis=1) if blocks else np.zeros((len(idx), 0))
