@@ -292,6 +292,21 @@ def detect_target() -> tuple[str, int, int]:
     return (t.backend, t.arch, t.warp_size)
 
 
+def device_max_shared() -> int | None:
+    """Bytes of shared memory one block may use on the visible GPU (opt-in maximum), or
+    None when torch sees no GPU: what a compiled candidate is checked against."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    except Exception:  # noqa: BLE001 - no usable GPU: nothing to check against
+        return None
+    value = getattr(props, "shared_memory_per_block_optin", 0)
+    return int(value) if value else None
+
+
 def triton_builder(kernel: Any, args: Sequence[Any], *, target: tuple[str, int, int] | str | None = "auto",
                    jobs: int | None = None, timeout: AdaptiveTimeout | float | None = None,
                    max_shared: int | None = None, env: Mapping[str, str] | None = None,

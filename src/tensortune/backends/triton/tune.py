@@ -211,11 +211,9 @@ def _arch() -> tuple[str, int, int]:
 
 
 def _max_shared() -> int | None:
-    import torch
+    from ...measure.triton_compile import device_max_shared
 
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    value = getattr(props, "shared_memory_per_block_optin", 0)
-    return int(value) if value else None
+    return device_max_shared()
 
 
 __all__ = ["SeededStrategy", "autoschedule_cuda", "cuda_target", "cuda_workload", "output_of", "recorded_best"]

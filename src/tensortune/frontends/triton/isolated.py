@@ -141,9 +141,13 @@ def parallel_builder(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     ref = kernel_ref(kernel)
     if ref is None:
         return None
-    from ...measure.triton_compile import triton_builder
+    from ...measure.triton_compile import device_max_shared, triton_builder
 
-    builder = triton_builder(ref, compile_args(args), target=target, jobs=jobs, stream=stream)
+    # a candidate needing more shared memory than the device has fails while compiling:
+    # rejected by the builder, it costs no measurement (Budget.free_rejections)
+    max_shared = device_max_shared() if target == "auto" else None
+    builder = triton_builder(ref, compile_args(args), target=target, jobs=jobs, stream=stream,
+                             max_shared=max_shared)
     if kwargs:
         builder.compile_fn = functools.partial(compile_with, dict(kwargs), builder.compile_fn)
     if isinstance(reuse, LargestFirst) and getattr(reuse.inner, "warm", None) == builder.warm:

@@ -14,6 +14,7 @@ Example (under TRITON_INTERPRET=1 see tests/test_triton_autotune.py):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -36,6 +37,20 @@ def default_budget(space_size: int, listed: bool) -> Budget:
     """A list of configurations is measured whole (as triton.autotune does); a space gets
     at most SPACE_DEFAULT_TRIALS measurements."""
     return Budget(trials=space_size if listed else min(space_size, SPACE_DEFAULT_TRIALS))
+
+
+def with_free_rejections(budget: Budget) -> Budget:
+    """A budget whose unset `free_rejections` is its trials: a candidate the compiler rejects
+    (too much shared memory for the device, a compile error) is not a measurement, so up
+    to as many again as the trials may be rejected without using any up.
+
+    Example:
+        >>> with_free_rejections(Budget(trials=32)).free_rejections
+        32
+    """
+    if budget.free_rejections is not None or budget.trials is None:
+        return budget
+    return dataclasses.replace(budget, free_rejections=budget.trials)
 
 
 @dataclass(frozen=True)
@@ -64,7 +79,7 @@ def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: 
             first.append(time.perf_counter() - start)
 
     tuner = Tuner(space, runner, workload=workload, target=target, db=db, builder=builder,
-                  strategy=strategy, budget=budget, seed=seed, batch_size=batch_size, progress=progress,
+                  strategy=strategy, budget=with_free_rejections(budget), seed=seed, batch_size=batch_size, progress=progress,
                   description=description or workload.name, callbacks=[on_result])
     result = tuner.run()
     ok = [r for r in result.history if r.ok]
