@@ -319,16 +319,24 @@ def replay(opts):
     database, each search starting from a cost model pre-trained on the earlier shapes'
     records. Sequential: as transfer, and each search first measures the nearest tuned
     shapes' best (what the decorator does).
+
+    As in the decorator, a configuration that needs more shared memory than the device has
+    is rejected by the compiler (it is replayed as a build failure) and the budget's
+    `free_rejections` is its trials; `--count-rejections` replays the older rule where
+    such a failure uses up a measurement.
     """
     from tensortune.db import Database, Target
     from tensortune.frontends.triton.configs import space_of_triton_configs
     from tensortune.frontends.triton.keys import TuningKey
     from tensortune.frontends.triton.seeding import Seeded, seed_configs
     from tensortune.measure import MeasureResult
+    from tensortune.frontends.triton.tuning import with_free_rejections
     from tensortune.search import create_strategy
-    from tensortune.tuner import Tuner
+    from tensortune.tuner import Budget, Tuner
 
     space, _ = space_of_triton_configs(configs(opts.grid))
+    budget = Budget(trials=opts.budget_run, free_rejections=0 if opts.count_rejections else None)
+    budget = with_free_rejections(budget)
     target = Target.make("replay", "x")
     shapes = []
     if str(opts.replay).endswith(".json"):  # the summary kept in docs/benchmarks (median per configuration)
@@ -357,7 +365,9 @@ def replay(opts):
         def run(self, builds):
             for b in builds:
                 r = self.table[b.config]
-                yield MeasureResult(b.config, r.times, r.error, r.message)
+                rejected = r.error is not None and r.error.value == "out_of_resources"
+                yield MeasureResult(b.config, r.times, r.error, r.message,
+                                    extra={"stage": "build"} if rejected else {})
 
     rows = {}
     for mode in ("cold", "transfer", "sequential"):
@@ -372,7 +382,7 @@ def replay(opts):
                         seeds = seed_configs(db, w, target, key, space, limit=max(1, opts.budget_run // 4))
                         strat = Seeded(strat, seeds) if seeds else strat
                     result = Tuner(space, Replay(table), workload=w, target=target, db=db, strategy=strat,
-                                   budget=opts.budget_run, seed=seed, batch_size=8, progress=False,
+                                   budget=budget, seed=seed, batch_size=8, progress=False,
                                    transfer=mode != "cold").run()
                     shape = "x".join(str(w.key[k]) for k in ("M", "N", "K"))
                     scores.setdefault(shape, []).append(best / result.best_time)
@@ -385,7 +395,75 @@ def replay(opts):
     return rows
 
 
-PHASES = {"triton": phase_triton, "tensortune": phase_tensortune, "compare": phase_compare, "second": phase_second}
+def phase_grid(opts):
+    """Every configuration of the grid on every shape, measured in a quiet process: all
+    compiled first (in parallel, into Triton's cache, nothing else running), then timed in
+    `--rounds` rounds, each over every configuration in a fresh random order (CUDA events,
+    cold L2); a configuration's time is the median of its round medians. Each is checked
+    against torch.matmul on the shape's random inputs first."""
+    import random
+
+    import torch
+
+    from tensortune.frontends.triton.isolated import compile_args
+    from tensortune.measure.cuda_timer import CudaTimer
+    from tensortune.measure.triton_compile import device_max_shared, precompile
+    from tensortune.space import Config
+
+    grid_configs = [Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "num_stages": st, "num_warps": w})
+                    for m, n, k, st, w in itertools.product(*opts.grid.values())]
+    timer = _cpu_timer() if opts.cpu else CudaTimer(budget_seconds=0.04, warmup_seconds=0.01)
+    rng = random.Random(0)
+    out = {}
+    for shape in opts.shapes or SHAPES:
+        M, N, K = parse(shape)
+        args = make_args(M, N, K, opts.device, opts.dtype)
+        start = time.perf_counter()
+        builds = precompile(matmul_kernel, grid_configs, compile_args(args), target="auto" if not opts.cpu else None,
+                            max_shared=None if opts.cpu else device_max_shared())
+        compile_seconds = time.perf_counter() - start
+        expected = (args[0].float() @ args[1].float()).to(args[2].dtype)
+        rows, runs = {}, {}
+        for b in builds:
+            c = b.config
+            if not b.ok:
+                rows[c] = {"error": str(b.error), "message": b.message[:200]}
+                continue
+            fn = (lambda c=c: matmul_kernel[grid_of(M, N)](*args, **dict(c)))
+            try:
+                args[2].zero_()
+                fn()
+                synchronize(opts.cpu)
+                if not torch.allclose(args[2].float(), expected.float(), rtol=2e-2, atol=1e-1):
+                    rows[c] = {"error": "wrong_result"}
+                    continue
+            except Exception as exc:  # noqa: BLE001 - this configuration's failure
+                rows[c] = {"error": type(exc).__name__, "message": str(exc)[:200]}
+                continue
+            runs[c] = fn
+        medians: dict = {c: [] for c in runs}
+        every: dict = {c: [] for c in runs}
+        for _ in range(opts.rounds):
+            order = list(runs)
+            rng.shuffle(order)
+            for c in order:
+                times = timer.time(runs[c])
+                medians[c].append(statistics.median(times))
+                every[c].extend(times)
+        for c in runs:
+            rows[c] = {"median": statistics.median(medians[c]), "min": min(every[c]), "runs": len(every[c]),
+                       "round_medians": medians[c], "error": None}
+        out[shape] = {"compile_seconds": round(compile_seconds, 1),
+                      "rows": [{"config": dict(c), **{"median": None, "min": None, "runs": 0}, **rows[c]}
+                               for c in grid_configs]}
+        ok = [r for r in out[shape]["rows"] if r["error"] is None]
+        best = min(ok, key=lambda r: r["median"])
+        print(shape, "compiled in", round(compile_seconds, 1), "s;", len(ok), "ran; best", best["config"],
+              best["median"], file=sys.stderr, flush=True)
+    return out
+
+
+PHASES = {"grid": phase_grid, "triton": phase_triton, "tensortune": phase_tensortune, "compare": phase_compare, "second": phase_second}
 
 
 # ---- the orchestrator ---------------------------------------------------------------------------------
@@ -460,31 +538,55 @@ def orchestrate(opts):
         print("triton.autotune", shape, results["triton"][shape], flush=True)
 
     exhaustive_shapes = opts.exhaustive_shapes if opts.exhaustive_shapes is not None else shapes
-    earlier = json.loads(Path(opts.grid_best_from).read_text()) if opts.grid_best_from else {}
+    earlier = grid_bests(json.loads(Path(opts.grid_best_from).read_text())) if opts.grid_best_from else {}
     results["sequential_budget"] = opts.sequential
+    if opts.quiet_grid:  # every configuration timed in a quiet process: the grid best to compare with
+        cache = work / "cache-grid"
+        grid = run_phase("grid", {**env, "TRITON_CACHE_DIR": str(cache)}, log, min(420, left()),
+                         shapes=shapes, rounds=opts.rounds, **common)
+        keep(cache)
+        if "error" not in grid:
+            about = (f"fp16 matmul (benchmarks/triton_matmul.py kernel), {len(configs(opts.grid))}-configuration "
+                     f"grid, every configuration compiled first, then timed in {opts.rounds} rounds in random "
+                     f"order in one quiet process (CUDA events, cold L2) on {results['machine']}, "
+                     f"{results['date']}; median: of the round medians, seconds; error: why it failed")
+            (out / "triton_matmul_grid.json").write_text(json.dumps(
+                {"about": about, "shapes": {sh: g["rows"] for sh, g in grid.items() if sh != "process_seconds"}},
+                indent=1))
+            earlier.update(grid_bests({"shapes": {sh: g["rows"] for sh, g in grid.items()
+                                                  if sh != "process_seconds"}}))
+            results["grid_compile_seconds"] = {sh: g["compile_seconds"] for sh, g in grid.items()
+                                               if sh != "process_seconds"}
+        else:
+            results["grid_error"] = grid["error"]
+        save()
     if exhaustive_shapes:
         exhaustive(exhaustive_shapes[0])
     if exhaustive_shapes and exhaustive_shapes[0] in triton_shapes:
         with_triton(exhaustive_shapes[0])
     for shape in exhaustive_shapes[1:]:
         exhaustive(shape)
-    for shape in shapes:  # budget-limited, default strategy (compiled kernels on disk)
-        db = work / ("budget.db" if opts.sequential else f"budget-{shape}.db")  # sequential: one database
-        results["budget32"][shape] = run_phase("tensortune", {**env, "TRITON_CACHE_DIR": str(merged)}, log,
-                                               min(120, left()), shape=shape, db=db, budget=opts.budget_run,
-                                               **common)
-        save()
-        print("budget", shape, results["budget32"][shape], flush=True)
+    modes = ["cold", "sequential"] if opts.cold_and_sequential else ["sequential" if opts.sequential else "cold"]
+    for mode in modes:  # budget-limited, default strategy (compiled kernels on disk)
+        slot = "budget32" if mode == modes[-1] else f"budget32_{mode}"
+        results.setdefault(slot, {})
+        for shape in shapes:
+            db = work / ("budget.db" if mode == "sequential" else f"budget-{shape}.db")  # sequential: one database
+            results[slot][shape] = run_phase("tensortune", {**env, "TRITON_CACHE_DIR": str(merged)}, log,
+                                             min(120, left()), shape=shape, db=db, budget=opts.budget_run,
+                                             **common)
+            save()
+            print("budget", mode, shape, results[slot][shape], flush=True)
     if exhaustive_shapes:
         results["second_process"] = run_phase("second", {**env, "TRITON_CACHE_DIR": str(merged)}, log,
                                               min(120, left()), shapes=exhaustive_shapes, db=work / "exhaustive.db",
                                               **common)
     save()
-    grid_best = {s: results["tensortune"].get(s, {}).get("best") or earlier.get("tensortune", {}).get(s, {}).get("best")
-                 for s in shapes}
-    results["grid_best_from"] = {s: "this run" if s in results["tensortune"] else opts.grid_best_from
+    grid_best = {s: results["tensortune"].get(s, {}).get("best") or earlier.get(s) for s in shapes}
+    results["grid_best_from"] = {s: "this run" if s in results["tensortune"] or opts.quiet_grid else opts.grid_best_from
                                  for s in shapes}
     picks = {s: {"tensortune": grid_best[s], "budget32": results["budget32"][s].get("best"),
+                 "budget32_cold": results.get("budget32_cold", {}).get(s, {}).get("best"),
                  "triton.autotune": results["triton"].get(s, {}).get("best")} for s in shapes}
     results["compare"] = run_phase("compare", {**env, "TRITON_CACHE_DIR": str(merged)}, log, min(180, left()),
                                    picks=json.dumps(picks), **common)
@@ -497,6 +599,18 @@ def orchestrate(opts):
         shutil.copy(work / "exhaustive.db", out / "exhaustive.db")
     shutil.rmtree(work, ignore_errors=True)
     print_table(results)
+
+
+def grid_bests(doc):
+    """shape -> best configuration, from a run's JSON or a grid's (docs/benchmarks/*grid*.json)."""
+    if "shapes" in doc and isinstance(doc["shapes"], dict):
+        out = {}
+        for shape, rows in doc["shapes"].items():
+            ok = [r for r in rows if r.get("error") is None and r.get("median")]
+            if ok:
+                out[shape] = min(ok, key=lambda r: r["median"])["config"]
+        return out
+    return {s: v.get("best") for s, v in doc.get("tensortune", {}).items() if v.get("best")}
 
 
 def machine(cpu):
@@ -514,17 +628,19 @@ def print_table(r):
     from rich.table import Table
 
     t = Table(title=f"fp16 matmul, {r['grid_size']} configurations ({r['machine']})")
-    for col in ("shape", "triton.autotune s", "tensortune s", "speedup", "budget-32 / grid best",
-                "tuned TFLOP/s", "cuBLAS TFLOP/s", "tuned / cuBLAS"):
+    for col in ("shape", "triton.autotune s", "tensortune s", "speedup", "budget-32 cold / grid best",
+                "budget-32 / grid best", "tuned TFLOP/s", "cuBLAS TFLOP/s", "tuned / cuBLAS"):
         t.add_column(col)
     cmp = r.get("compare", {})
     for s in r["shapes"]:
         tri, tt_, c = r["triton"].get(s, {}), r["tensortune"].get(s, {}), cmp.get(s, {})
         speed = f"{tri['seconds'] / tt_['seconds']:.1f}x" if "seconds" in tri and "seconds" in tt_ else "-"
         grid_best, b32 = c.get("tensortune", {}).get("seconds"), c.get("budget32", {}).get("seconds")
+        cold = c.get("budget32_cold", {}).get("seconds")
         tf, cu = c.get("tensortune", {}).get("tflops"), c.get("cublas", {}).get("tflops")
         t.add_row(s, f"{tri['seconds']:.1f}" if "seconds" in tri else "not run",
                   f"{tt_['seconds']:.1f}" if "seconds" in tt_ else "not run", speed,
+                  f"{cold / grid_best:.3f}" if grid_best and cold else "-",
                   f"{b32 / grid_best:.3f}" if grid_best and b32 else "-",
                   f"{tf:.0f}" if tf else "-", f"{cu:.0f}" if cu else "-", f"{tf / cu:.2f}" if tf and cu else "-")
     Console(width=160).print(t)
@@ -555,11 +671,18 @@ def main():
                    help="start a triton.autotune phase only with this much time left")
     p.add_argument("--exhaustive-shapes", nargs="*", help="shapes to tune exhaustively (default: all)")
     p.add_argument("--grid-best-from", help="JSON of an earlier run: grid best of shapes not tuned exhaustively")
+    p.add_argument("--quiet-grid", action="store_true",
+                   help="first time every configuration on every shape in a quiet process (the grid best)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of the quiet grid")
+    p.add_argument("--cold-and-sequential", action="store_true",
+                   help="budget runs twice: every shape cold, then the shapes in order into one database")
     p.add_argument("--sequential", action="store_true",
                    help="budget runs tune the shapes one after another into one database (warm start)")
     p.add_argument("--dispatch-stub", action="store_true",
                    help="measure the dispatch path alone, with a launcher that does nothing (any machine)")
     p.add_argument("--replay", help="score strategies on the measurements in this database (CPU)")
+    p.add_argument("--count-rejections", action="store_true",
+                   help="replay: a configuration the compiler rejects uses up a measurement")
     p.add_argument("--strategies", nargs="+", default=["auto", "random"])
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--shape")
