@@ -195,3 +195,24 @@ def test_a_strategy_starts_from_a_pretrained_model():
     scores = strategy.score([space.to_point(c) for c in configs])
     # two measurements teach little; the ranking comes from the pre-trained base
     assert kendall_tau(scores, [-_time(c) for c in configs]) > 0.6
+
+
+def test_per_thread_features_when_the_space_has_num_warps():
+    space = Space({"BLOCK_M": [64, 128], "BLOCK_N": [128, 256], "num_warps": [4, 8], "num_stages": [3, 4]})
+    fx = FeatureExtractor(space)
+    assert {"BLOCK_M/thread", "BLOCK_M*BLOCK_N/thread", "BLOCK_N*num_stages/thread"} <= set(fx.names)
+    assert not any(n.startswith("num_warps") and n.endswith("/thread") for n in fx.names)
+    config = {"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8, "num_stages": 3}
+    row = fx.configs([Config(config)])[0]
+    assert row[fx.names.index("BLOCK_M*BLOCK_N/thread")] == 128 * 256 / (32 * 8)
+    assert row[fx.names.index("BLOCK_M/thread")] == 128 / 256
+    # a space without num_warps has none
+    assert not any(n.endswith("/thread") for n in FeatureExtractor(Space({"a": [1, 2], "b": [3, 4]})).names)
+
+
+def test_per_thread_features_agree_by_name():
+    space = Space({"BLOCK": [32, 64, 128], "num_warps": [1, 2, 4]})
+    fx = FeatureExtractor(space)
+    configs = [{"BLOCK": b, "num_warps": w} for b in (32, 64, 128) for w in (1, 2, 4)]
+    points = [(i, j) for i in range(3) for j in range(3)]
+    assert np.array_equal(fx.points(points), fx.foreign(configs))

@@ -187,3 +187,41 @@ def test_mutate_many_uses_a_subclass_mutate():
 
     ops = OnlyUp(Space({"a": list(range(5)), "b": list(range(5))}), np.random.default_rng(0))
     assert ops.mutate_many([(0, 0), (3, 4)]) == [(1, 1), (4, 4)]
+
+
+def _rejected(config):
+    return MeasureResult.failed(config, ErrorKind.OUT_OF_RESOURCES, "too much shared memory",
+                                extra={"stage": "build"})
+
+
+def test_rejections_train_the_failure_classifier_not_the_ranking():
+    from tensortune.search.evolutionary import EvolutionarySearch
+
+    # bigger is faster, up to a boundary past which the builder rejects the point
+    space = Space({"x": list(range(16)), "y": list(range(16))})
+    s = EvolutionarySearch(space, seed=0, budget=60)
+    for _ in range(4):
+        batch = s.ask(8)
+        s.tell([_rejected(c) if c["x"] + c["y"] > 20 else MeasureResult(c, (1.0 / (1 + c["x"] + c["y"]),))
+                for c in batch])
+    ran = sum(1 for p in s.measured if p not in s.rejected)
+    assert s.rejected and ran >= 2
+    s.refit()
+    assert s.model.trained_rows == ran and s.failures.fitted
+    inside = [s.ops.point(Config(x=8, y=6)), s.ops.point(Config(x=6, y=8))]
+    beyond = [s.ops.point(Config(x=15, y=15)), s.ops.point(Config(x=14, y=15))]
+    scores = s.acquisition(inside + beyond)
+    assert scores[:2].min() > scores[2:].max()  # predicted rejections rank last
+
+
+def test_failures_that_ran_still_rank_last_in_the_model():
+    from tensortune.search.evolutionary import EvolutionarySearch
+
+    space = Space({"x": list(range(16)), "y": list(range(16))})
+    s = EvolutionarySearch(space, seed=0, budget=60)
+    for _ in range(4):
+        batch = s.ask(8)
+        s.tell([MeasureResult.failed(c, ErrorKind.RUNTIME_ERROR, "crash") if c["x"] > 12
+                else MeasureResult(c, (1.0 + c["x"],)) for c in batch])
+    s.refit()
+    assert not s.rejected and s.model.trained_rows == len(s.measured)

@@ -131,3 +131,49 @@ def test_builder_failures_flow_through(tmp_path):
     r = Tuner(space(), runner, builder=FailingBuilder(), workload=W, target=T, strategy="exhaustive",
               budget=100, progress=False).run()
     assert sum(1 for h in r.history if h.error is ErrorKind.COMPILE_ERROR) == 7
+
+
+class RejectingBuilder:
+    """Rejects every config with x >= 6, as a compiler rejects a tile that does not fit."""
+
+    jobs = 4
+
+    def build(self, configs):
+        return [BuildResult(c, None, ErrorKind.OUT_OF_RESOURCES, "too much shared memory") if c["x"] >= 6
+                else BuildResult(c) for c in configs]
+
+
+def _passthrough_runner():
+    from tensortune.measure import CallableRunner, Timer
+
+    return CallableRunner(lambda x, y: x + y, Timer(warmup_seconds=0, min_repeats=1, budget_seconds=0))
+
+
+@pytest.mark.parametrize("free", [0, 5, 100])
+def test_free_rejections_do_not_use_up_trials(free, tmp_path):
+    db = Database(tmp_path / "r.db")
+    r = Tuner(space(), _passthrough_runner(), builder=RejectingBuilder(), workload=W, target=T, db=db,
+              strategy="random", budget={"trials": 20, "free_rejections": free}, seed=1, progress=False).run()
+    rejected = [h for h in r.history if h.rejected_by_build]
+    ran = [h for h in r.history if not h.rejected_by_build]
+    assert all(h.error is ErrorKind.OUT_OF_RESOURCES and h.extra["stage"] == "build" for h in rejected)
+    assert len(ran) + max(0, len(rejected) - free) == 20  # exactly the trials were charged
+    if free == 0:
+        assert len(r.history) == 20
+    if free == 100:
+        assert len(ran) == 20 and rejected  # all 20 measured, rejections on top
+    # every rejection is in the database with its stage, as every result is
+    stored = db.measured_configs(W, T)
+    assert len(stored) == len(r.history)
+    assert sum(1 for rec in stored.values() if rec.extra.get("stage") == "build") == len(rejected)
+
+
+def test_runtime_failures_always_use_up_trials():
+    r = Tuner(space(), FakeRunner(), workload=W, target=T, strategy="random",
+              budget={"trials": 40, "free_rejections": 40}, seed=0, progress=False).run()
+    assert len(r.history) == 40 and r.failures > 0 and not any(h.rejected_by_build for h in r.history)
+
+
+def test_free_rejections_validation():
+    with pytest.raises(ValueError, match="free_rejections"):
+        Budget(trials=3, free_rejections=-1)
