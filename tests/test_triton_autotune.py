@@ -328,3 +328,38 @@ def test_keys_tuned_inside_keep_workers_share_one_isolated_worker(tmp_path):
         k[matmul_grid(M, 24)](*args)
         torch.testing.assert_close(args[2], args[0] @ args[1], rtol=1e-4, atol=1e-4)
     assert {d.source for d in k.decisions().values()} == {"tuned"}
+
+
+class RejectWideBlocks:
+    """A builder that rejects BLOCK 128 as a compiler rejects a block needing too much shared memory."""
+
+    jobs = 2
+
+    def build(self, configs):
+        from tensortune.measure import BuildResult
+
+        return [BuildResult(c, None, ErrorKind.OUT_OF_RESOURCES, "needs 300000 bytes of shared memory")
+                if c["BLOCK"] == 128 else BuildResult(c) for c in configs]
+
+
+def test_compile_time_rejections_do_not_use_up_the_budget(tmp_path):
+    space = tt.Space({"BLOCK": [64, 128], "num_warps": [1, 2, 4, 8]})
+    timer = FakeTimer(lambda c: 1.0 / c["BLOCK"] + c["num_warps"] * 1e-3)
+    k = tt.autotune(space=space, key=["n_cols"], budget=4, strategy="random", builder=RejectWideBlocks(),
+                    timer=timer, settings=settings(tmp_path))(softmax_kernel)
+    x = torch.randn(3, 40)
+    y = torch.empty_like(x)
+    k[(3,)](x, y, 40, x.stride(0))
+    torch.testing.assert_close(y, torch.softmax(x, dim=1))
+    (tuning,) = k.tunings.values()
+    history = tuning.result.history
+    rejected = [r for r in history if r.rejected_by_build]
+    assert len(history) - len(rejected) == 4  # all four BLOCK 64 configurations were measured
+    assert len(timer.calls) >= 4 and all(c["BLOCK"] == 64 for c in timer.calls)
+    # a budget that says so counts rejections as measurements
+    k2 = tt.autotune(space=space, key=["n_cols"], budget=tt.Budget(trials=4, free_rejections=0), strategy="random",
+                     builder=RejectWideBlocks(), timer=FakeTimer(lambda c: 1.0),
+                     settings=tt.Settings(db_path=tmp_path / "u.db", progress=False))(softmax_kernel)
+    k2[(3,)](x, y, 40, x.stride(0))
+    (tuning2,) = k2.tunings.values()
+    assert len(tuning2.result.history) == 4
