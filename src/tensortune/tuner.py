@@ -43,9 +43,9 @@ class Budget:
     Example:
         >>> from tensortune.measure import ErrorKind
         >>> b = Budget.of({"trials": 32, "free_rejections": 8})
-        >>> b.charged([MeasureResult.failed(Config(a=i), ErrorKind.OUT_OF_RESOURCES, "", extra={"stage": "build"})
-        ...            for i in range(10)])
-        2
+        >>> rejected = MeasureResult.failed(Config(a=1), ErrorKind.OUT_OF_RESOURCES, "", extra={"stage": "build"})
+        >>> b.charges(rejected, rejections_before=7), b.charges(rejected, rejections_before=8)
+        (False, True)
     """
 
     trials: int | None = None
@@ -62,10 +62,9 @@ class Budget:
         if self.free_rejections is not None and self.free_rejections < 0:
             raise ValueError(f"budget free_rejections must be at least 0, got {self.free_rejections}")
 
-    def charged(self, results: Sequence[MeasureResult]) -> int:
-        """How many of a run's `results` use up trials."""
-        rejected = sum(1 for r in results if r.rejected_by_build)
-        return len(results) - min(rejected, self.free_rejections or 0)
+    def charges(self, result: MeasureResult, rejections_before: int) -> bool:
+        """Whether `result` uses up a trial, after `rejections_before` rejections this run."""
+        return not (result.rejected_by_build and rejections_before < (self.free_rejections or 0))
 
     @staticmethod
     def of(value: "Budget | int | float | dict[str, Any] | None", default_trials: int = 100) -> "Budget":
@@ -160,29 +159,31 @@ class Tuner:
                                          {"trials": self.budget.trials, "seconds": self.budget.seconds})
                    if self.db else "")
         new: list[MeasureResult] = []
+        charged = rejected = 0  # trials used up; builder rejections seen
         best = best_of(prior)
         status = "interrupted"
         try:
             with TuneProgress(self.budget.trials, self.description, self.progress) as bar:
                 if best:
                     bar.update(best.time, advance=0)
-                while not self._exhausted(new, start):
+                while not self._exhausted(charged, start):
                     n = self.batch_size
                     if self.budget.trials is not None:
-                        n = min(n, self.budget.trials - self.budget.charged(new))
+                        n = min(n, self.budget.trials - charged)
                     configs = self.strategy.ask(n)
                     if not configs:
                         break
                     told = []
                     for result in self.runner.run(self.builder.build(configs)):
                         self._record(result, session)
-                        charged = self.budget.charged(new)
+                        cost = int(self.budget.charges(result, rejected))
+                        charged += cost
+                        rejected += int(result.rejected_by_build)
                         new.append(result)
                         told.append(result)
                         if result.ok and (best is None or result.time < best.time):
                             best = result
-                        bar.update(best.time if best else math.inf, failed=not result.ok,
-                                   advance=self.budget.charged(new) - charged)
+                        bar.update(best.time if best else math.inf, failed=not result.ok, advance=cost)
                         for cb in self.callbacks:
                             cb(result)
                         if self._out_of_time(start):
@@ -221,7 +222,7 @@ class Tuner:
     def _out_of_time(self, start: float) -> bool:
         return self.budget.seconds is not None and time.perf_counter() - start >= self.budget.seconds
 
-    def _exhausted(self, new: list[MeasureResult], start: float) -> bool:
-        if self.budget.trials is not None and self.budget.charged(new) >= self.budget.trials:
+    def _exhausted(self, charged: int, start: float) -> bool:
+        if self.budget.trials is not None and charged >= self.budget.trials:
             return True
         return self._out_of_time(start)
