@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -195,13 +196,9 @@ class FeatureExtractor:
             if warps:
                 self._warps = warps[0]
                 others = [(n, k, c) for n, k, c in numeric if n != WARPS]
-                for a in range(len(others)):
-                    self._per_thread.append(((others[a][1], others[a][2]),))
-                    names.append(f"{others[a][0]}/thread")
-                for a in range(len(others)):
-                    for b in range(a + 1, len(others)):
-                        self._per_thread.append(((others[a][1], others[a][2]), (others[b][1], others[b][2])))
-                        names.append(f"{others[a][0]}*{others[b][0]}/thread")
+                for combo in [*itertools.combinations(others, 1), *itertools.combinations(others, 2)]:
+                    self._per_thread.append(tuple((k, c) for _, k, c in combo))
+                    names.append("*".join(n for n, _, _ in combo) + "/thread")
         self._workload_values = [(f"workload.{k}", _value(v)) for k, v in sorted(self.workload_key.items())]
         names.extend(n for n, _ in self._workload_values)
         self.names: list[str] = names
@@ -217,7 +214,7 @@ class FeatureExtractor:
         if self._pairs:
             blocks.append(np.stack([blocks[ka][:, ca] * blocks[kb][:, cb] for ka, ca, kb, cb in self._pairs],
                                    axis=1))
-        if self._per_thread and self._warps is not None:
+        if self._warps is not None and self._per_thread:
             threads = WARP_SIZE * blocks[self._warps[0]][:, self._warps[1]]
             blocks.append(np.stack([np.prod([blocks[k][:, c] for k, c in combo], axis=0) / threads
                                     for combo in self._per_thread], axis=1))

@@ -151,10 +151,13 @@ class ModelGuidedSearch(PlannedSearch):
     def acquisition(self, points: list[Point]) -> np.ndarray:
         """What a plan maximizes: the model's score, with points predicted to be rejected
         by the builder ranked below every other (once there were rejections)."""
-        scores = self.score(points)
-        if not self.rejected or not self.failures.fitted or not len(scores):
+        if not points:
+            return np.zeros(0)
+        X = self.features.points(points)
+        scores = self.model.predict(X)
+        if not self.rejected or not self.failures.fitted:
             return scores
-        doomed = self.failures.success(self.features.points(points)) < 0.5
+        doomed = self.failures.success(X) < 0.5
         return np.where(doomed, scores - (np.ptp(scores) + 1.0), scores)
 
     def space_filling(self, n: int, draws_per_point: int = 16) -> list[Point]:

@@ -79,8 +79,8 @@ def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: 
             first.append(time.perf_counter() - start)
 
     tuner = Tuner(space, runner, workload=workload, target=target, db=db, builder=builder,
-                  strategy=strategy, budget=with_free_rejections(budget), seed=seed, batch_size=batch_size, progress=progress,
-                  description=description or workload.name, callbacks=[on_result])
+                  strategy=strategy, budget=with_free_rejections(budget), seed=seed, batch_size=batch_size,
+                  progress=progress, description=description or workload.name, callbacks=[on_result])
     result = tuner.run()
     ok = [r for r in result.history if r.ok]
     if not ok:
