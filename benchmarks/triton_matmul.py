@@ -463,7 +463,8 @@ def phase_grid(opts):
     return out
 
 
-PHASES = {"grid": phase_grid, "triton": phase_triton, "tensortune": phase_tensortune, "compare": phase_compare, "second": phase_second}
+PHASES = {"grid": phase_grid, "triton": phase_triton, "tensortune": phase_tensortune, "compare": phase_compare,
+          "second": phase_second}
 
 
 # ---- the orchestrator ---------------------------------------------------------------------------------

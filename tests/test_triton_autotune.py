@@ -27,8 +27,16 @@ class FakeTimer:
         return (self.cost(fn.config),)
 
 
-def settings(tmp_path, never_tune=False):
-    return tt.Settings(db_path=tmp_path / "t.db", never_tune=never_tune, progress=False)
+def settings(tmp_path, never_tune=False, db="t.db"):
+    return tt.Settings(db_path=tmp_path / db, never_tune=never_tune, progress=False)
+
+
+def launch_softmax(kernel, rows=6, cols=40):
+    """Launch a tuned softmax kernel on random rows and check it against torch's."""
+    x = torch.randn(rows, cols)
+    y = torch.empty_like(x)
+    kernel[(rows,)](x, y, cols, x.stride(0))
+    torch.testing.assert_close(y, torch.softmax(x, dim=1))
 
 
 def matmul_configs(blocks=((16, 16), (32, 16), (16, 32), (32, 32))):
@@ -76,10 +84,7 @@ def test_softmax_space_form_with_reference_and_budget(tmp_path):
 
     k = tt.autotune(space=space, key=["n_cols"], budget=8, strategy="random", reference=reference,
                     timer=timer, settings=settings(tmp_path))(softmax_kernel)
-    x = torch.randn(6, 40)
-    y = torch.empty_like(x)
-    k[(6,)](x, y, 40, x.stride(0))
-    torch.testing.assert_close(y, torch.softmax(x, dim=1))
+    launch_softmax(k)
     (tuning,) = k.tunings.values()
     assert tuning.result.trials == 8
     # blocks narrower than a row leave columns unwritten: wrong results, recorded and skipped
@@ -347,19 +352,16 @@ def test_compile_time_rejections_do_not_use_up_the_budget(tmp_path):
     timer = FakeTimer(lambda c: 1.0 / c["BLOCK"] + c["num_warps"] * 1e-3)
     k = tt.autotune(space=space, key=["n_cols"], budget=4, strategy="random", builder=RejectWideBlocks(),
                     timer=timer, settings=settings(tmp_path))(softmax_kernel)
-    x = torch.randn(3, 40)
-    y = torch.empty_like(x)
-    k[(3,)](x, y, 40, x.stride(0))
-    torch.testing.assert_close(y, torch.softmax(x, dim=1))
+    launch_softmax(k, rows=3)
     (tuning,) = k.tunings.values()
     history = tuning.result.history
     rejected = [r for r in history if r.rejected_by_build]
     assert len(history) - len(rejected) == 4  # all four BLOCK 64 configurations were measured
     assert len(timer.calls) >= 4 and all(c["BLOCK"] == 64 for c in timer.calls)
     # a budget that says so counts rejections as measurements
-    k2 = tt.autotune(space=space, key=["n_cols"], budget=tt.Budget(trials=4, free_rejections=0), strategy="random",
-                     builder=RejectWideBlocks(), timer=FakeTimer(lambda c: 1.0),
-                     settings=tt.Settings(db_path=tmp_path / "u.db", progress=False))(softmax_kernel)
-    k2[(3,)](x, y, 40, x.stride(0))
+    k2 = tt.autotune(space=space, key=["n_cols"], budget=tt.Budget(trials=4, free_rejections=0),
+                     strategy="random", builder=RejectWideBlocks(), timer=FakeTimer(lambda c: 1.0),
+                     settings=settings(tmp_path, db="u.db"))(softmax_kernel)
+    launch_softmax(k2, rows=3)
     (tuning2,) = k2.tunings.values()
     assert len(tuning2.result.history) == 4
