@@ -18,14 +18,14 @@ def pnpoly(shared_datasets):
 def test_bench_strategies_writes_nested_json_and_a_plot(pnpoly, tmp_path):
     out = tmp_path / "s.json"
     result = CliRunner().invoke(cli, ["bench", "strategies", "--dataset", pnpoly, "--budgets", "5,12",
-                                      "--repeats", "2", "--strategies", "local=1", "--jobs", "1",
+                                      "--repeats", "2", "--first-seed", "3", "--strategies", "local=1", "--jobs", "1",
                                       "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     per = data["datasets"]["pnpoly-RTX_3090"]
     assert set(per) == {"local", "random"}  # random is always the baseline
     assert set(per["random"]) == {"5", "12"} and per["random"]["5"]["runs"] == 2
-    assert per["local"]["12"]["runs"] == 1
+    assert per["local"]["12"]["runs"] == 1 and data["first_seed"] == 3
     assert 0 < per["random"]["12"]["p10"] <= per["random"]["12"]["mean"] <= 1
     assert data["mean"]["random"]["12"] == per["random"]["12"]["mean"]
     assert (tmp_path / "s.png").stat().st_size > 0
@@ -55,6 +55,11 @@ def test_bench_model_reports_rank_quality(pnpoly, tmp_path):
     assert regression.exit_code == 0, regression.output
     assert "pnpoly-RTX_3090" in regression.output
     assert json.loads(regression.output)["pnpoly-RTX_3090"]["kendall_tau"] != quality["kendall_tau"]
+    deeper = CliRunner().invoke(cli, ["bench", "model", "--dataset", pnpoly, "--splits", "1",
+                                      "--max-depth", "7"])
+    assert deeper.exit_code == 0 and "depth 7" in deeper.output, deeper.output
+    bad = CliRunner().invoke(cli, ["bench", "model", "--dataset", pnpoly, "--max-depth", "0"])
+    assert bad.exit_code != 0 and "max-depth" in bad.output
 
 
 def test_parallel_runs_equal_serial_runs(pnpoly):
@@ -64,3 +69,10 @@ def test_parallel_runs_equal_serial_runs(pnpoly):
     assert [r.score for r in sorted(serial, key=key)] == [r.score for r in sorted(parallel, key=key)]
     means = mean_over_datasets(summarize(serial))
     assert 0 < means["evolutionary"]["15"] <= 1
+
+
+def test_first_seed_shifts_the_seeds_of_the_repeats(pnpoly):
+    shifted = run_many([pnpoly], ["random"], [10], 2, first_seed=5)
+    assert sorted(r.seed for r in shifted) == [5, 6]
+    again = {r.seed: r.score for r in run_many([pnpoly], ["random"], [10], 7)}
+    assert all(r.score == again[r.seed] for r in shifted)  # seed 5 is seed 5, wherever it starts

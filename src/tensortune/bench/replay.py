@@ -69,16 +69,18 @@ def _run_task(args: tuple[str, str, int, int, int]) -> RunResult:
 
 def run_many(paths: Sequence[str], strategies: Sequence[str], budgets: Sequence[int],
              repeats: int | dict[str, int], jobs: int = 1, batch_size: int = 1,
-             on_result: Any = None) -> list[RunResult]:
+             on_result: Any = None, first_seed: int = 0) -> list[RunResult]:
     """Every (dataset, strategy, budget, repeat) run, in `jobs` processes.
 
-    `repeats` may differ per strategy (a dict, strategy -> repeats)."""
+    `repeats` may differ per strategy (a dict, strategy -> repeats); repeat i runs with
+    seed `first_seed + i` (another `first_seed` checks that a figure holds beyond the
+    seeds it was first measured on)."""
     tasks = []
     for path in paths:
         for strategy in strategies:
             reps = repeats[strategy] if isinstance(repeats, dict) else repeats
             for budget in budgets:
-                for seed in range(reps):
+                for seed in range(first_seed, first_seed + reps):
                     tasks.append((str(path), strategy, int(budget), seed, batch_size))
     # the longest runs first keeps the workers busy to the end
     tasks.sort(key=lambda t: -t[2])

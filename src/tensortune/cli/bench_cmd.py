@@ -58,7 +58,9 @@ def bench_group() -> None:
               help="A Kernel Tuner cache (.json/.json.gz) or a folder of them; repeatable.")
 @click.argument("more", nargs=-1, type=click.Path())
 @click.option("--budgets", default="20,50,100,200", show_default=True, help="Measurement budgets.")
-@click.option("--repeats", default=20, show_default=True, help="Fresh runs per budget (seeds 0..N-1).")
+@click.option("--repeats", default=20, show_default=True,
+              help="Fresh runs per budget (seeds FIRST_SEED..FIRST_SEED+N-1).")
+@click.option("--first-seed", default=0, show_default=True, help="Seed of the first repeat.")
 @click.option("--strategies", default="auto,random", show_default=True,
               help="Comma-separated strategies; random is always added as the baseline. "
                    "NAME=N runs that strategy N repeats only.")
@@ -69,7 +71,8 @@ def bench_group() -> None:
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None,
               help="Write the curves as PNG (default: next to --json).")
 def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: str, repeats: int,
-                     strategies: str, jobs: int, json_out: str | None, plot_out: str | None) -> None:
+                     first_seed: int, strategies: str, jobs: int, json_out: str | None,
+                     plot_out: str | None) -> None:
     """Score strategies by t_opt / t_best_found after N measurements (1.0 = optimum found).
 
     Each (dataset, strategy, budget, repeat) is a fresh tuning run with the Tuner and a
@@ -105,14 +108,14 @@ def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: 
         if done[0] % max(1, total // 20) == 0:
             console.print(f"  {done[0]}/{total} runs, {time.perf_counter() - start:.0f} s")
 
-    results = run_many(paths, names, budget_list, reps, jobs=jobs, on_result=progress)
+    results = run_many(paths, names, budget_list, reps, jobs=jobs, on_result=progress, first_seed=first_seed)
     summary = summarize(results)
     means = mean_over_datasets(summary)
     _print_tables(summary, means, budget_list)
     console.print(f"{len(results)} runs in {time.perf_counter() - start:.0f} s")
     if json_out:
         payload = {"datasets": summary, "mean": means, "budgets": budget_list,
-                   "repeats": reps, "wall_seconds": round(time.perf_counter() - start, 1)}
+                   "repeats": reps, "first_seed": first_seed, "wall_seconds": round(time.perf_counter() - start, 1)}
         with open(json_out, "w", encoding="utf-8") as f:
             json.dump(payload, f, indent=2)
         plot_out = plot_out or str(Path(json_out).with_suffix(".png"))
@@ -149,20 +152,24 @@ def _print_tables(summary: dict, means: dict, budgets: list[int]) -> None:
               help="1: one XGBRankModel (what the strategies use); N: a bootstrap ensemble of N.")
 @click.option("--objective", type=click.Choice(["rank", "regression"]), default="rank", show_default=True,
               help="The model's training objective (rank: pairwise, what the strategies use).")
+@click.option("--max-depth", type=click.IntRange(min=1), default=None,
+              help="Depth of the trees (default: the model's, as the strategies use).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="Write dataset -> {kendall_tau, top1_error_pct, top5_error_pct} here.")
 @click.option("--print-json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction: float, splits: int,
-                members: int, objective: str, json_out: str | None, as_json: bool) -> None:
+                members: int, objective: str, max_depth: int | None, json_out: str | None, as_json: bool) -> None:
     """Rank quality of the cost model on the configurations it was not trained on."""
     from ..bench.model_quality import evaluate_model
     from ..model import XGBParams
 
     if not 0 < train_fraction < 1:
         raise click.BadParameter("must be between 0 and 1", param_hint="--train-fraction")
+    params = XGBParams(objective=objective) if max_depth is None else \
+        XGBParams(objective=objective, max_depth=max_depth)
     results = {}
     for path in _dataset_paths(datasets + more):
-        q = evaluate_model(path, train_fraction, splits, members=members, params=XGBParams(objective=objective))
+        q = evaluate_model(path, train_fraction, splits, members=members, params=params)
         results[q.dataset] = q.to_json()
     if len(results) > 1:
         keys = ("kendall_tau", "top1_error_pct", "top5_error_pct")
@@ -173,7 +180,8 @@ def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction
     if as_json:
         print_json(results)
         return
-    what = f"cost model ({objective})" if members == 1 else f"ensemble of {members} cost models ({objective})"
+    trees = f"{objective}, depth {params.max_depth}"
+    what = f"cost model ({trees})" if members == 1 else f"ensemble of {members} cost models ({trees})"
     table = Table(title=f"{what} trained on {train_fraction:.0%} of each space ({splits} splits)")
     for col in ("dataset", "Kendall tau", "top-1 error", "top-5 error", "fit"):
         table.add_column(col, justify="left" if col == "dataset" else "right")
