@@ -2,10 +2,14 @@
 
 Runs `tensortune bench strategies` on the six Kernel Tuner spaces of ../shared/datasets
 (the default strategy and random search at 20 repeats, the other strategies at fewer)
-and `tensortune bench model`, writing JSON and the plot next to the docs page.
+and `tensortune bench model` (the ranking model the strategies use, and the regression
+model at depth 5 and 7), writing JSON and the plot next to the docs page. With
+`--held-out-seeds`, the default strategy and random search run again on seeds 20..59,
+which no setting was chosen on.
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/strategies.py [--jobs 2] [--out docs/benchmarks] [--other-repeats 5]
+        [--skip-strategies] [--skip-model] [--held-out-seeds]
 """
 
 from __future__ import annotations
@@ -25,22 +29,29 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--other-repeats", type=int, default=5)
+    parser.add_argument("--skip-strategies", action="store_true")
     parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--held-out-seeds", action="store_true")
     args = parser.parse_args()
     if not os.path.isdir(args.datasets):
         sys.exit(f"no datasets at {args.datasets}")
     # `auto` is `evolutionary` on all six spaces (no budget covers a space), so that one is not repeated
     others = ",".join(f"{s}={args.other_repeats}" for s in ("model_based", "annealing", "genetic", "local"))
     os.makedirs(args.out, exist_ok=True)
-    run = [
-        "bench", "strategies", "--dataset", args.datasets, "--budgets", "20,50,100,200",
-        "--repeats", str(args.repeats), "--strategies", f"auto,random,{others}", "--jobs", str(args.jobs),
-        "--json", os.path.join(args.out, "strategies.json"), "--plot", os.path.join(args.out, "strategies.png"),
-    ]
-    cli.main(run, standalone_mode=False)
+    strategies = ["bench", "strategies", "--dataset", args.datasets, "--budgets", "20,50,100,200",
+                  "--jobs", str(args.jobs)]
+    if not args.skip_strategies:
+        cli.main([*strategies, "--repeats", str(args.repeats), "--strategies", f"auto,random,{others}",
+                  "--json", os.path.join(args.out, "strategies.json")], standalone_mode=False)
+    if args.held_out_seeds:
+        cli.main([*strategies, "--repeats", "40", "--first-seed", "20", "--strategies", "auto,random",
+                  "--json", os.path.join(args.out, "strategies_seeds20-59.json")], standalone_mode=False)
     if not args.skip_model:
-        cli.main(["bench", "model", "--dataset", args.datasets, "--train-fraction", "0.1",
-                  "--json", os.path.join(args.out, "strategies_model.json")], standalone_mode=False)
+        model = ["bench", "model", "--dataset", args.datasets, "--train-fraction", "0.1"]
+        for extra, name in (([], "strategies_model"), (["--objective", "regression"], "strategies_model_regression"),
+                            (["--objective", "regression", "--max-depth", "7"],
+                             "strategies_model_regression_depth7")):
+            cli.main([*model, *extra, "--json", os.path.join(args.out, f"{name}.json")], standalone_mode=False)
 
 
 if __name__ == "__main__":

@@ -76,3 +76,16 @@ def test_first_seed_shifts_the_seeds_of_the_repeats(pnpoly):
     assert sorted(r.seed for r in shifted) == [5, 6]
     again = {r.seed: r.score for r in run_many([pnpoly], ["random"], [10], 7)}
     assert all(r.score == again[r.seed] for r in shifted)  # seed 5 is seed 5, wherever it starts
+
+
+def test_a_split_whose_picks_all_failed_is_counted_apart_not_averaged_as_infinity():
+    import math
+
+    from tensortune.bench.model_quality import ModelQuality, _mean_of_ran
+
+    assert _mean_of_ran([2.0, math.inf, 4.0]) == (3.0, 1)
+    error, failed = _mean_of_ran([math.inf])
+    assert math.isinf(error) and failed == 1
+    row = ModelQuality("d", 0.1, 2, 0.7, error, 3.0, 0.01, 10, failed, 0).to_json()
+    assert row["top1_error_pct"] is None and row["top1_failed_splits"] == 1
+    json.dumps(row, allow_nan=False)  # standard JSON, no Infinity

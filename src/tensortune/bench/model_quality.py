@@ -5,7 +5,9 @@ dataset's configurations (failures included, as the search would see them) and s
 the rest. Reported, averaged over splits: Kendall's tau between scores and true speed
 on the successful held-out configurations, and the top-1 / top-5 error: how much slower
 (in percent) the best of the model's k highest-scored held-out configurations is than
-the best held-out configuration.
+the best held-out configuration. A split where all k of them fail has no such figure:
+it is counted apart (`top1_failed_splits`, `top5_failed_splits`), and the error is the
+mean over the other splits.
 
 Example:
     >>> r = evaluate_model("../shared/datasets/kernel_tuner/pnpoly-RTX_3090.json.gz", splits=1)
@@ -15,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -35,14 +38,23 @@ class ModelQuality:
     top5_error_pct: float
     fit_seconds: float
     train_rows: int
+    top1_failed_splits: int = 0
+    top5_failed_splits: int = 0
 
-    def to_json(self) -> dict[str, float]:
+    def to_json(self) -> dict[str, float | int | None]:
         d = asdict(self)
         d.pop("dataset")
-        return {k: round(v, 4) if isinstance(v, float) else v for k, v in d.items()}
+        return {k: (round(v, 4) if math.isfinite(v) else None) if isinstance(v, float) else v
+                for k, v in d.items()}
 
 
-def evaluate_model(path: str | os.PathLike[str], train_fraction: float = 0.1, splits: int = 5,
+def _mean_of_ran(errors: list[float]) -> tuple[float, int]:
+    """The mean of the finite errors, and how many were not (every pick failed)."""
+    ran = [e for e in errors if math.isfinite(e)]
+    return (float(np.mean(ran)) if ran else math.inf), len(errors) - len(ran)
+
+
+def evaluate_model(path: str | os.PathLike[str], train_fraction: float = 0.1, splits: int = 10,
                    seed: int = 0, params: XGBParams | None = None, members: int = 1) -> ModelQuality:
     """Train on a random `train_fraction` of the dataset, score the rest; average over splits.
     With `members` > 1 the model is a bootstrap ensemble of that many (scored by their mean)."""
@@ -68,5 +80,6 @@ def evaluate_model(path: str | os.PathLike[str], train_fraction: float = 0.1, sp
         taus.append(kendall_tau(scores[ok], -times[test][ok]))
         top1.append(top_k_error(scores, times[test], 1))
         top5.append(top_k_error(scores, times[test], 5))
-    return ModelQuality(ds.name, train_fraction, splits, float(np.mean(taus)), float(np.mean(top1)),
-                        float(np.mean(top5)), float(np.mean(fit)), n_train)
+    (err1, failed1), (err5, failed5) = _mean_of_ran(top1), _mean_of_ran(top5)
+    return ModelQuality(ds.name, train_fraction, splits, float(np.mean(taus)), err1, err5,
+                        float(np.mean(fit)), n_train, failed1, failed5)

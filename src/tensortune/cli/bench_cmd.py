@@ -124,6 +124,18 @@ def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: 
         console.print(f"plot: {plot_out}")
 
 
+def _mean_known(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known) / len(known), 4) if known else None
+
+
+def _error_cell(row: dict, k: int) -> str:
+    """`2.10%`, or `8.65% (1 failed)` when in one split all of the top-k failed."""
+    error, failed = row[f"top{k}_error_pct"], row.get(f"top{k}_failed_splits", 0)
+    text = "-" if error is None else f"{error:.2f}%"
+    return text + (f" ({failed} failed)" if failed else "")
+
+
 def _print_tables(summary: dict, means: dict, budgets: list[int]) -> None:
     out = Console()
     table = Table(title="mean (p10) of t_opt / t_best over repeats")
@@ -147,7 +159,7 @@ def _print_tables(summary: dict, means: dict, budgets: list[int]) -> None:
               help="A Kernel Tuner cache (.json/.json.gz) or a folder of them; repeatable.")
 @click.argument("more", nargs=-1, type=click.Path())
 @click.option("--train-fraction", default=0.1, show_default=True, help="Share of the space trained on.")
-@click.option("--splits", default=5, show_default=True, help="Random splits averaged over.")
+@click.option("--splits", default=10, show_default=True, help="Random splits averaged over.")
 @click.option("--members", default=1, show_default=True,
               help="1: one XGBRankModel (what the strategies use); N: a bootstrap ensemble of N.")
 @click.option("--objective", type=click.Choice(["rank", "regression"]), default="rank", show_default=True,
@@ -173,7 +185,7 @@ def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction
         results[q.dataset] = q.to_json()
     if len(results) > 1:
         keys = ("kendall_tau", "top1_error_pct", "top5_error_pct")
-        results["mean"] = {k: round(sum(r[k] for r in results.values()) / len(results), 4) for k in keys}
+        results["mean"] = {k: _mean_known([r[k] for r in results.values()]) for k in keys}
     if json_out:
         with open(json_out, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)
@@ -182,11 +194,13 @@ def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction
         return
     trees = f"{objective}, depth {params.max_depth}"
     what = f"cost model ({trees})" if members == 1 else f"ensemble of {members} cost models ({trees})"
-    table = Table(title=f"{what} trained on {train_fraction:.0%} of each space ({splits} splits)")
+    table = Table(title=f"{what} trained on {train_fraction:.0%} of each space ({splits} splits)",
+                  caption="(N failed): splits where all of the top-k failed, left out of that mean"
+                  if any(r.get("top1_failed_splits") or r.get("top5_failed_splits") for r in results.values())
+                  else None)
     for col in ("dataset", "Kendall tau", "top-1 error", "top-5 error", "fit"):
         table.add_column(col, justify="left" if col == "dataset" else "right")
     for name, r in results.items():
         fit = f"{r['fit_seconds'] * 1000:.0f} ms" if "fit_seconds" in r else ""
-        table.add_row(name, f"{r['kendall_tau']:.3f}", f"{r['top1_error_pct']:.2f}%",
-                      f"{r['top5_error_pct']:.2f}%", fit)
+        table.add_row(name, f"{r['kendall_tau']:.3f}", _error_cell(r, 1), _error_cell(r, 5), fit)
     Console().print(table)
