@@ -1,0 +1,42 @@
+"""Every strategy on the matmul spaces we measured exhaustively on an H100 (in the repository,
+docs/benchmarks/spaces): real times and real failures, replayed, so CI checks them too."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tensortune.bench.replay import replay_run
+from tensortune.datasets import load_kernel_tuner_cache
+from tensortune.search import strategy_names
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPACE = os.path.join(ROOT, "docs", "benchmarks", "spaces", "triton_matmul_256x8192x4096-H100.json.gz")
+
+
+def test_the_measured_space_loads_with_its_failures():
+    ds = load_kernel_tuner_cache(SPACE)
+    assert ds.space.size == 2400 and len(ds.results) == 2400
+    assert ds.failures == 234  # 138 need more shared memory than the H100 has, 96 never finished compiling
+    assert ds.score(ds.optimum) == 1.0 and "H100" in ds.device
+
+
+@pytest.mark.parametrize("strategy", sorted(set(strategy_names()) - {"exhaustive"}))
+def test_each_strategy_keeps_the_budget_and_repeats_itself_on_a_space_with_failures(strategy):
+    first = replay_run(SPACE, strategy, 40, seed=3)
+    assert first.trials == 40
+    assert 0 < first.score <= 1
+    again = replay_run(SPACE, strategy, 40, seed=3)
+    assert (again.score, again.failures, again.simulated_seconds) == \
+        (first.score, first.failures, first.simulated_seconds)
+
+
+def test_the_space_script_writes_a_cache_the_replay_reads(tmp_path):
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.path.join(ROOT, "src"))
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "triton_space.py"), "--cpu",
+                    "--out", str(tmp_path)], check=True, env=env, capture_output=True, timeout=600)
+    (path,) = tmp_path.glob("*.json.gz")
+    ds = load_kernel_tuner_cache(path)
+    assert len(ds.results) == 8 and ds.failures == 0
+    assert all(r.time > 0 for r in ds.results.values())
