@@ -46,6 +46,29 @@ def test_a_new_shape_starts_from_what_other_shapes_taught():
     assert hits[False] <= 1
 
 
+def test_a_prior_from_other_devices_only_keeps_half_the_random_start():
+    db = Database(":memory:")
+    _tune(db, 1, 60, seed=0)  # shape 1 on this device
+    same_device, _ = _tune(db, 2, 20, seed=0)
+    assert same_device.transferred_from > 0 and same_device.strategy.inner.random_start == 0
+    other_device = Tuner(SPACE, Bowl(1), workload=Workload.make("bowl", "src", {"N": 1}),
+                         target=Target.make("cpu", "another"), db=Database(":memory:"), budget=20, seed=0,
+                         progress=False)
+    other_device.db.import_records(db.records(Workload.make("bowl", "src", {"N": 1})))
+    result = other_device.run()
+    inner = other_device.strategy.inner
+    assert other_device.transferred_from == 60 and inner.random_start == inner.initial // 2 > 0
+    assert result.trials == 20
+    cold = Tuner(SPACE, Bowl(1), workload=Workload.make("bowl", "src", {"N": 1}), target=TARGET, budget=20,
+                 seed=0, progress=False)
+    cold.run()
+    assert cold.strategy.inner.random_start == cold.strategy.inner.initial
+    # the first measurements of the other device's run are its random start, the same
+    # points a cold run of that seed starts with
+    start = inner.random_start
+    assert [r.config for r in result.history[:start]] == [r.config for r in cold.strategy.inner.history[:start]]
+
+
 def test_strategies_without_a_model_ignore_the_prior():
     db = Database(":memory:")
     _tune(db, 1, 40, seed=0, strategy="random")

@@ -66,19 +66,26 @@ def pretrain_from_db(db: Database, extractor: FeatureExtractor, name: str | None
     return _fitted(records, extractor, params, seed)
 
 
-def transfer_model(db: Database, extractor: FeatureExtractor, workload: Workload, target: Target,
-                   params: XGBParams | None = None, seed: int | None = 0,
-                   min_records: int = 8) -> XGBRankModel | None:
-    """What the database knows that applies to tuning `workload` on `target`: a model
-    fitted to the other keys (shapes) of the same kernel (same name and source) on any
-    target, and to this key on other targets; None when fewer than `min_records` such
-    records exist. The records of this very workload and target are left out: the search
-    is told them directly."""
+def transfer_records(db: Database, workload: Workload, target: Target) -> list[Record]:
+    """The records that apply to tuning `workload` on `target`: the other keys (shapes) of
+    the same kernel (same name and source) on any target, and this key on other targets.
+    The records of this very workload and target are left out: the search is told them
+    directly."""
     records: list[Record] = []
     for other, _count, _best in db.workloads():
         if (other.name, other.source_hash) != (workload.name, workload.source_hash):
             continue
         records.extend(r for r in db.records(other) if other != workload or r.target != target)
+    return records
+
+
+def transfer_model(db: Database, extractor: FeatureExtractor, workload: Workload, target: Target,
+                   params: XGBParams | None = None, seed: int | None = 0,
+                   min_records: int = 8, records: list[Record] | None = None) -> XGBRankModel | None:
+    """A model fitted to `transfer_records` (or to `records`, when the caller has them
+    already); None when fewer than `min_records` such records exist."""
+    if records is None:
+        records = transfer_records(db, workload, target)
     if len(records) < min_records:
         return None
     model = _fitted(records, extractor, params, seed)

@@ -42,8 +42,9 @@ class AutoSearch(SearchStrategy):
     def accepts_prior(self) -> bool:
         return self.inner.accepts_prior
 
-    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None) -> bool:
-        return self.inner.use_prior(model, workload_key)
+    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None, *,
+                  explore: bool = False) -> bool:
+        return self.inner.use_prior(model, workload_key, explore=explore)
 
     def ask(self, n: int) -> list[Config]:
         out = self.inner.ask(n)

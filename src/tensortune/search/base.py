@@ -53,9 +53,11 @@ class SearchStrategy(ABC):
         fitted, so strategies without a model cost nothing)."""
         return False
 
-    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None) -> bool:
+    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None, *,
+                  explore: bool = False) -> bool:
         """Take a cost model pre-trained on other shapes or devices as a starting point;
-        False when this strategy has no use for one (the default)."""
+        False when this strategy has no use for one (the default). `explore`: the model
+        comes from other devices only, so measure part of the usual random start first."""
         return False
 
     def propose(self, config: Config) -> bool:

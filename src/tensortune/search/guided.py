@@ -81,6 +81,7 @@ class ModelGuidedSearch(PlannedSearch):
         self.failures = FailureClassifier(seed)
         self._fitted_on = -1
         self._prior = False
+        self.random_start = self.initial  # random points measured before the model leads
 
     def _members(self) -> list[CostModel]:
         return list(self.model.models) if isinstance(self.model, BootstrapEnsemble) else [self.model]
@@ -92,9 +93,12 @@ class ModelGuidedSearch(PlannedSearch):
         return type(self.features) is FeatureExtractor and \
             all(isinstance(m, XGBRankModel) for m in self._members())
 
-    def use_prior(self, model: XGBRankModel, workload_key: Mapping[str, Any] | None = None) -> bool:
+    def use_prior(self, model: XGBRankModel, workload_key: Mapping[str, Any] | None = None, *,
+                  explore: bool = False) -> bool:
         """Start from `model` (pre-trained on other shapes or devices): its scores guide the
-        first plans and fade as this search's own measurements arrive."""
+        first plans and fade as this search's own measurements arrive. The random start is
+        skipped, or halved with `explore` (a model from other devices only, whose fastest
+        region may lie elsewhere on this one)."""
         if not self.accepts_prior:
             return False
         self.features = FeatureExtractor(self.space, workload_key)
@@ -102,6 +106,7 @@ class ModelGuidedSearch(PlannedSearch):
             m.base, m.feature_names = model, self.features.names  # type: ignore[union-attr]
         self._fitted_on = -1
         self._prior = True
+        self.random_start = self.initial // 2 if explore else 0
         return True
 
     # ---- to implement --------------------------------------------------------------------
@@ -118,8 +123,9 @@ class ModelGuidedSearch(PlannedSearch):
     # ---- planning ------------------------------------------------------------------------
     def plan(self, n: int) -> list[Point]:
         ok = sum(1 for t in self.measured.values() if math.isfinite(t))
-        if not self._prior and (len(self.measured) < self.initial or ok < 2):
-            return self.space_filling(min(n, max(1, self.initial - len(self.measured))) if ok >= 2 else n)
+        starting = len(self.measured) < self.random_start or (ok < 2 and not self._prior)
+        if starting:
+            return self.space_filling(min(n, max(1, self.random_start - len(self.measured))) if ok >= 2 else n)
         self.refit()
         if not self.model.fitted:
             return []
