@@ -18,17 +18,17 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ..measure import MeasureResult
 from ..space import Config, Space
-from .base import SearchStrategy
+from .base import SearchStrategy, WrappingStrategy
 from .evolutionary import EvolutionarySearch
 from .exhaustive import ExhaustiveSearch
 
 
-class AutoSearch(SearchStrategy):
+class AutoSearch(WrappingStrategy):
     name = "auto"
 
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None,
@@ -37,14 +37,6 @@ class AutoSearch(SearchStrategy):
         covers = budget is not None and space.size_is_exact and space.size <= budget
         self.inner: SearchStrategy = ExhaustiveSearch(space, seed, budget) if covers else \
             EvolutionarySearch(space, seed, budget, **options)
-
-    @property
-    def accepts_prior(self) -> bool:
-        return self.inner.accepts_prior
-
-    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None, *,
-                  explore: bool = False) -> bool:
-        return self.inner.use_prior(model, workload_key, explore=explore)
 
     def ask(self, n: int) -> list[Config]:
         out = self.inner.ask(n)

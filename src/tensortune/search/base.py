@@ -73,6 +73,22 @@ class SearchStrategy(ABC):
         return min(ok, key=lambda r: r.time) if ok else None
 
 
+class WrappingStrategy(SearchStrategy):
+    """A strategy around another one (`inner`, set by the subclass), to which it hands a
+    pre-trained cost model: a wrapper that adds seeds or picks the strategy by the space
+    must not cut its inner search off from transfer."""
+
+    inner: SearchStrategy
+
+    @property
+    def accepts_prior(self) -> bool:
+        return self.inner.accepts_prior
+
+    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None, *,
+                  explore: bool = False) -> bool:
+        return self.inner.use_prior(model, workload_key, explore=explore)
+
+
 # name -> "module:Class", imported on first use
 _REGISTRY: dict[str, str] = {
     "exhaustive": "tensortune.search.exhaustive:ExhaustiveSearch",

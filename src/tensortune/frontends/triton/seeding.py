@@ -18,18 +18,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ...db import Database, Target, Workload
 from ...measure import MeasureResult
-from ...search import SearchStrategy
+from ...search.base import SearchStrategy, WrappingStrategy
 from ...space import Config, Space
 from .keys import TuningKey
 from .records import _in_space
 
 
-class Seeded(SearchStrategy):
+class Seeded(WrappingStrategy):
     """Proposes `seeds` first (those in the space and not yet seen), then asks `inner`."""
 
     def __init__(self, inner: SearchStrategy, seeds: Sequence[Config]) -> None:
@@ -37,14 +36,6 @@ class Seeded(SearchStrategy):
         self.inner = inner
         self.seeds = list(dict.fromkeys(seeds))
         self.name = f"{inner.name or 'custom'}+seeded"
-
-    @property
-    def accepts_prior(self) -> bool:
-        return self.inner.accepts_prior
-
-    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None, *,
-                  explore: bool = False) -> bool:
-        return self.inner.use_prior(model, workload_key, explore=explore)
 
     def ask(self, n: int) -> list[Config]:
         out: list[Config] = []
