@@ -202,11 +202,11 @@ class Tuner:
         if self.db is None or not self.transfer or not self.strategy.accepts_prior:
             return
         from .model.features import FeatureExtractor
-        from .model.pretrain import transfer_model, transfer_records
+        from .model.pretrain import model_of_records, transfer_records
 
         extractor = FeatureExtractor(self.space, self.workload.key)
         records = transfer_records(self.db, self.workload, self.target)
-        model = transfer_model(self.db, extractor, self.workload, self.target, seed=self.seed, records=records)
+        model = model_of_records(records, extractor, seed=self.seed)
         # knowledge from this device (other shapes) is trusted; from other devices only, the
         # fastest region may have moved, so the search still explores a little first
         other_devices_only = all(r.target != self.target for r in records)

@@ -81,11 +81,15 @@ def transfer_records(db: Database, workload: Workload, target: Target) -> list[R
 
 def transfer_model(db: Database, extractor: FeatureExtractor, workload: Workload, target: Target,
                    params: XGBParams | None = None, seed: int | None = 0,
-                   min_records: int = 8, records: list[Record] | None = None) -> XGBRankModel | None:
-    """A model fitted to `transfer_records` (or to `records`, when the caller has them
-    already); None when fewer than `min_records` such records exist."""
-    if records is None:
-        records = transfer_records(db, workload, target)
+                   min_records: int = 8) -> XGBRankModel | None:
+    """A model fitted to `transfer_records`; None when fewer than `min_records` exist."""
+    return model_of_records(transfer_records(db, workload, target), extractor, params, seed, min_records)
+
+
+def model_of_records(records: list[Record], extractor: FeatureExtractor, params: XGBParams | None = None,
+                     seed: int | None = 0, min_records: int = 8) -> XGBRankModel | None:
+    """A model fitted to `records`; None when there are fewer than `min_records` or
+    nothing could be learned from them."""
     if len(records) < min_records:
         return None
     model = _fitted(records, extractor, params, seed)
