@@ -155,6 +155,7 @@ def autoschedule_cuda(outputs: Any, *, budget: Budget | int | float | None = 64,
             return CudaKernel(plan, record.config, generator, Tuning("database", best_time=record.time))
     args = kernel_args(plan, options)
     from ...measure.gpu import GpuRunner, GpuTask, TensorArg
+    from ...measure.triton_compile import detect_target, device_max_shared
 
     specs = tuple(TensorArg(a.tensor.shape, a.dtype) for a in args[:-1])
     specs += (TensorArg(args[-1].tensor.shape, args[-1].dtype, output=True),)
@@ -163,8 +164,9 @@ def autoschedule_cuda(outputs: Any, *, budget: Budget | int | float | None = 64,
                    device="cpu" if interpret else "cuda", timer=timer or default_timer(interpret),
                    name=workload.id_text)
     env = {"TRITON_INTERPRET": "1"} if interpret else {}
-    builder = GeneratedBuilder(generator, target=None if interpret else _arch(), jobs=jobs,
-                               max_shared=None if interpret else _max_shared(), compile=not interpret, env=env)
+    builder = GeneratedBuilder(generator, target=None if interpret else detect_target(), jobs=jobs,
+                               max_shared=None if interpret else device_max_shared(), compile=not interpret,
+                               env=env)
     inner = create_strategy(strategy, sk.space, seed=seed, budget=Budget.of(budget).trials,
                             **dict(strategy_options or {}))
     search = SeededStrategy(inner, sk.seeds)
@@ -202,18 +204,6 @@ def _sms(interpret: bool) -> int:
     import torch
 
     return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
-
-
-def _arch() -> tuple[str, int, int]:
-    from ...measure.triton_compile import detect_target
-
-    return detect_target()
-
-
-def _max_shared() -> int | None:
-    from ...measure.triton_compile import device_max_shared
-
-    return device_max_shared()
 
 
 __all__ = ["SeededStrategy", "autoschedule_cuda", "cuda_target", "cuda_workload", "output_of", "recorded_best"]
