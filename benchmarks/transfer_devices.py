@@ -23,6 +23,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+from functools import lru_cache
 
 from tensortune.datasets import load_kernel_tuner_cache
 from tensortune.db import Database, Target, Workload
@@ -34,6 +35,7 @@ PAIRS = [("convolution_milo-A4000", "convolution_milo-A100"), ("convolution_milo
 WORKLOAD = Workload.make("convolution_milo")  # one kernel, one space: the devices differ
 
 
+@lru_cache(maxsize=2)  # each worker process reads each cache once, not once per seed
 def _dataset(name: str):
     return load_kernel_tuner_cache(os.path.join(DATASETS, f"{name}.json.gz"))
 
@@ -60,17 +62,27 @@ def one_seed(args: tuple[str, str, int, list[int], int]) -> dict:
     return {"seed": seed, "scores": scores}
 
 
+def _budgets(text: str) -> list[int]:
+    try:
+        budgets = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"budgets must be comma-separated whole numbers, got {text!r}") from None
+    if not budgets or min(budgets) < 1:
+        raise argparse.ArgumentTypeError(f"budgets must be at least 1, got {text!r}")
+    return budgets
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--budgets", default="20,50,100")
+    p.add_argument("--budgets", default="20,50,100", type=_budgets, help="comma-separated measurement budgets")
     p.add_argument("--source-budget", type=int, default=200)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--json", default=None)
     opts = p.parse_args()
     if not os.path.isdir(DATASETS):
         sys.exit(f"no datasets at {DATASETS}")
-    budgets = [int(b) for b in opts.budgets.split(",")]
+    budgets = opts.budgets
     start = time.perf_counter()
     out: dict = {}
     with ProcessPoolExecutor(opts.jobs) as pool:

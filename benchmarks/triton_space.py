@@ -118,10 +118,17 @@ def device_name(cpu: bool) -> str:
     return torch.cuda.get_device_name().replace(" ", "_")
 
 
+def _shape(text: str) -> str:
+    parts = text.split("x")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"a shape is MxNxK with three positive whole numbers, got {text!r}")
+    return text
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the caches")
-    p.add_argument("--shapes", nargs="+", default=["2048x2048x2048"], help="MxNxK shapes")
+    p.add_argument("--shapes", nargs="+", default=["2048x2048x2048"], type=_shape, help="MxNxK shapes")
     p.add_argument("--dtype", default="float16")
     p.add_argument("--cpu", action="store_true", help="dry run under TRITON_INTERPRET=1 with a tiny grid")
     p.add_argument("--seed", type=int, default=0, help="order of the timing pass")

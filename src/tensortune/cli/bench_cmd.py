@@ -60,7 +60,8 @@ def bench_group() -> None:
 @click.option("--budgets", default="20,50,100,200", show_default=True, help="Measurement budgets.")
 @click.option("--repeats", default=20, show_default=True,
               help="Fresh runs per budget (seeds FIRST_SEED..FIRST_SEED+N-1).")
-@click.option("--first-seed", default=0, show_default=True, help="Seed of the first repeat.")
+@click.option("--first-seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Seed of the first repeat.")
 @click.option("--strategies", default="auto,random", show_default=True,
               help="Comma-separated strategies; random is always added as the baseline. "
                    "NAME=N runs that strategy N repeats only.")
