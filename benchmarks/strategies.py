@@ -5,11 +5,12 @@ Runs `tensortune bench strategies` on the six Kernel Tuner spaces of ../shared/d
 and `tensortune bench model` (the ranking model the strategies use, and the regression
 model at depth 5 and 7), writing JSON and the plot next to the docs page. With
 `--held-out-seeds`, the default strategy and random search run again on seeds 20..59,
-which no setting was chosen on.
+which no setting was chosen on; with `--h100-spaces`, six strategies run on the two
+matmul spaces we measured on the H100 (docs/benchmarks/spaces).
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/strategies.py [--jobs 2] [--out docs/benchmarks] [--other-repeats 5]
-        [--skip-strategies] [--skip-model] [--held-out-seeds]
+        [--skip-strategies] [--skip-model] [--held-out-seeds] [--h100-spaces]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> None:
     parser.add_argument("--skip-strategies", action="store_true")
     parser.add_argument("--skip-model", action="store_true")
     parser.add_argument("--held-out-seeds", action="store_true")
+    parser.add_argument("--h100-spaces", action="store_true")
     args = parser.parse_args()
     if not os.path.isdir(args.datasets):
         sys.exit(f"no datasets at {args.datasets}")
@@ -46,6 +48,11 @@ def main() -> None:
     if args.held_out_seeds:
         cli.main([*strategies, "--repeats", "40", "--first-seed", "20", "--strategies", "auto,random",
                   "--json", os.path.join(args.out, "strategies_seeds20-59.json")], standalone_mode=False)
+    if args.h100_spaces:
+        cli.main(["bench", "strategies", "--dataset", os.path.join(here, "..", "docs", "benchmarks", "spaces"),
+                  "--budgets", "20,50,100,200", "--jobs", str(args.jobs), "--repeats", str(args.repeats),
+                  "--strategies", "auto,random,model_based,local,annealing,genetic",
+                  "--json", os.path.join(args.out, "strategies_h100_spaces.json")], standalone_mode=False)
     if not args.skip_model:
         model = ["bench", "model", "--dataset", args.datasets, "--train-fraction", "0.1"]
         for extra, name in (([], "strategies_model"), (["--objective", "regression"], "strategies_model_regression"),
