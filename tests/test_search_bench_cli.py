@@ -27,6 +27,7 @@ def test_bench_strategies_writes_nested_json_and_a_plot(pnpoly, tmp_path):
     assert set(per["random"]) == {"5", "12"} and per["random"]["5"]["runs"] == 2
     assert per["local"]["12"]["runs"] == 1 and data["first_seed"] == 3
     assert 0 < per["random"]["12"]["p10"] <= per["random"]["12"]["mean"] <= 1
+    assert per["local"]["12"]["se"] == 0.0 and per["random"]["12"]["se"] >= 0
     assert data["mean"]["random"]["12"] == per["random"]["12"]["mean"]
     assert (tmp_path / "s.png").stat().st_size > 0
     assert "mean over" in result.output
@@ -67,8 +68,11 @@ def test_parallel_runs_equal_serial_runs(pnpoly):
     parallel = run_many([pnpoly], ["evolutionary"], [15], 2, jobs=2)
     key = lambda r: r.seed  # noqa: E731
     assert [r.score for r in sorted(serial, key=key)] == [r.score for r in sorted(parallel, key=key)]
-    means = mean_over_datasets(summarize(serial))
-    assert 0 < means["evolutionary"]["15"] <= 1
+    summary = summarize(serial)
+    assert 0 < mean_over_datasets(summary)["evolutionary"]["15"] <= 1
+    scores = [r.score for r in serial]
+    se = abs(scores[0] - scores[1]) / 2  # the standard error of the mean of two runs
+    assert summary["pnpoly-RTX_3090"]["evolutionary"]["15"]["se"] == pytest.approx(se, abs=1e-4)
 
 
 H100_SPACE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "benchmarks",

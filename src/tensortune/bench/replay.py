@@ -103,7 +103,8 @@ def run_many(paths: Sequence[str], strategies: Sequence[str], budgets: Sequence[
 
 
 def summarize(results: Iterable[RunResult]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
-    """dataset -> strategy -> budget -> {mean, p10, runs, ...} of scores."""
+    """dataset -> strategy -> budget -> {mean, se, p10, runs, ...} of scores; `se` is the
+    standard error of the mean (0 for a single run), to tell a difference from seed noise."""
     groups: dict[tuple[str, str, int], list[RunResult]] = {}
     for r in results:
         groups.setdefault((r.dataset, r.strategy, r.budget), []).append(r)
@@ -112,6 +113,7 @@ def summarize(results: Iterable[RunResult]) -> dict[str, dict[str, dict[str, dic
         scores = np.asarray([r.score for r in runs])
         out.setdefault(ds, {}).setdefault(st, {})[str(b)] = {
             "mean": round(float(scores.mean()), 4),
+            "se": round(float(scores.std(ddof=1) / np.sqrt(len(scores))), 4) if len(scores) > 1 else 0.0,
             "p10": round(float(np.percentile(scores, 10)), 4),
             "runs": len(runs),
             "simulated_hours": round(float(np.mean([r.simulated_seconds for r in runs])) / 3600, 4),

@@ -68,7 +68,7 @@ def bench_group() -> None:
 @click.option("--jobs", default=max(1, (os.cpu_count() or 1)), show_default=True,
               help="Worker processes.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
-              help="Write dataset -> strategy -> budget -> {mean, p10} here.")
+              help="Write dataset -> strategy -> budget -> {mean, se, p10} here.")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None,
               help="Write the curves as PNG (default: next to --json).")
 def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: str, repeats: int,
@@ -139,14 +139,14 @@ def _error_cell(row: dict, k: int) -> str:
 
 def _print_tables(summary: dict, means: dict, budgets: list[int]) -> None:
     out = Console()
-    table = Table(title="mean (p10) of t_opt / t_best over repeats")
+    table = Table(title="mean ±standard error (p10) of t_opt / t_best over repeats")
     table.add_column("dataset")
     table.add_column("strategy")
     for b in budgets:
         table.add_column(f"N={b}", justify="right")
     for ds, per_strategy in summary.items():
         for st, per_budget in per_strategy.items():
-            cells = [f"{per_budget[str(b)]['mean']:.3f} ({per_budget[str(b)]['p10']:.3f})"
+            cells = [f"{per_budget[str(b)]['mean']:.3f} ±{per_budget[str(b)]['se']:.3f} ({per_budget[str(b)]['p10']:.3f})"
                      if str(b) in per_budget else "-" for b in budgets]
             table.add_row(ds, st, *cells)
     for st, per_budget in means.items():
