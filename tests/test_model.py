@@ -216,3 +216,15 @@ def test_per_thread_features_agree_by_name():
     configs = [{"BLOCK": b, "num_warps": w} for b in (32, 64, 128) for w in (1, 2, 4)]
     points = [(i, j) for i in range(3) for j in range(3)]
     assert np.array_equal(fx.points(points), fx.foreign(configs))
+
+
+def test_alignment_and_power_of_two_features_separate_96_from_32_and_128():
+    space = Space({"bx": [16, 32, 48, 96, 128], "by": [1, 2, 4]})
+    fx = FeatureExtractor(space)
+    assert {"align.bx", "pow2.bx"} <= set(fx.names)
+    assert "align.by" not in fx.names and "pow2.by" not in fx.names  # by: powers of two only
+    configs = [{"bx": b, "by": 1} for b in (16, 32, 48, 96, 128)]
+    rows = fx.foreign(configs)
+    assert rows[:, fx.names.index("align.bx")].tolist() == [4, 5, 4, 5, 7]  # 96 aligns like 32 ...
+    assert rows[:, fx.names.index("pow2.bx")].tolist() == [1, 1, 0, 0, 1]  # ... but is no power of two
+    assert np.array_equal(fx.points([(i, 0) for i in range(5)]), rows)

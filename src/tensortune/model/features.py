@@ -4,7 +4,10 @@ Features are named, so models trained on one space can score another that shares
 parameter names (a new shape, a new device). Per parameter: each choice's value (numbers
 as they are, other values as a stable hash), its log2 when the values are positive
 numbers, and for positive integers that are not all powers of two their alignment (the
-largest power of two dividing them: 48 -> 2^4), kept in a look-up table per parameter
+largest power of two dividing them: 48 -> 2^4) and whether they are a power of two (96
+aligns like 32, but kernels with fast paths for powers of two tell them apart: on the
+A4000 convolution space, without shared memory only block widths 32, 64, 128 and 256
+are fast), kept in a look-up table per parameter
 (computed on demand for parameters with huge ranges). Pairwise products of numeric
 parameters follow (threads per block is `block_x * block_y`, which trees cannot
 multiply). When a parameter is called `num_warps` (Triton's launch option), each other
@@ -86,6 +89,10 @@ def named_features(names: Sequence[str], config: Mapping[str, Any],
             x = _number(config.get(name[6:]))
             if x is not None and _alignment(x) is not None:
                 out[j] = _alignment(x)
+        elif name.startswith("pow2."):
+            x = _number(config.get(name[5:]))
+            if x is not None and _alignment(x) is not None:
+                out[j] = _encode(x, "pow2")
         elif name.startswith("log2."):
             x = _number(config.get(name[5:]))
             if x is not None and x > 0:
@@ -148,7 +155,7 @@ def _column_kinds(values: Sequence[Any]) -> list[str]:
         kinds.append("log2")
         aligned = [_alignment(x) for x in nums]  # type: ignore[arg-type]
         if all(a is not None for a in aligned) and any(a != math.log2(x) for a, x in zip(aligned, nums)):  # type: ignore[arg-type]
-            kinds.append("align")
+            kinds += ["align", "pow2"]
     return kinds
 
 
@@ -163,6 +170,8 @@ def _encode(value: Any, kind: str) -> float:
     if kind == "log2":
         return math.log2(x) if x > 0 else math.nan
     a = _alignment(x)
+    if kind == "pow2":
+        return float(a is not None and 2**a == x)
     return float(a) if a is not None else math.nan
 
 
