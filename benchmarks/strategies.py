@@ -6,11 +6,13 @@ and `tensortune bench model` (the ranking model the strategies use, and the regr
 model at depth 5 and 7), writing JSON and the plot next to the docs page. With
 `--held-out-seeds`, the default strategy and random search run again on seeds 20..59,
 which no setting was chosen on; with `--h100-spaces`, six strategies run on the two
-matmul spaces we measured on the H100 (docs/benchmarks/spaces).
+matmul spaces we measured on the H100 (docs/benchmarks/spaces); with `--hundred-seeds`,
+the default strategy and random search run 100 repeats on the six spaces and the two
+H100 ones, for means with small standard errors.
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/strategies.py [--jobs 2] [--out docs/benchmarks] [--other-repeats 5]
-        [--skip-strategies] [--skip-model] [--held-out-seeds] [--h100-spaces]
+        [--skip-strategies] [--skip-model] [--held-out-seeds] [--h100-spaces] [--hundred-seeds]
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main() -> None:
     parser.add_argument("--skip-model", action="store_true")
     parser.add_argument("--held-out-seeds", action="store_true")
     parser.add_argument("--h100-spaces", action="store_true")
+    parser.add_argument("--hundred-seeds", action="store_true")
     args = parser.parse_args()
     if not os.path.isdir(args.datasets):
         sys.exit(f"no datasets at {args.datasets}")
@@ -48,8 +51,12 @@ def main() -> None:
     if args.held_out_seeds:
         cli.main([*strategies, "--repeats", "40", "--first-seed", "20", "--strategies", "auto,random",
                   "--json", os.path.join(args.out, "strategies_seeds20-59.json")], standalone_mode=False)
+    h100_spaces = os.path.join(here, "..", "docs", "benchmarks", "spaces")
+    if args.hundred_seeds:
+        cli.main([*strategies, h100_spaces, "--repeats", "100", "--strategies", "auto",
+                  "--json", os.path.join(args.out, "strategies_100seeds.json")], standalone_mode=False)
     if args.h100_spaces:
-        cli.main(["bench", "strategies", "--dataset", os.path.join(here, "..", "docs", "benchmarks", "spaces"),
+        cli.main(["bench", "strategies", "--dataset", h100_spaces,
                   "--budgets", "20,50,100,200", "--jobs", str(args.jobs), "--repeats", str(args.repeats),
                   "--strategies", "auto,random,model_based,local,annealing,genetic",
                   "--json", os.path.join(args.out, "strategies_h100_spaces.json")], standalone_mode=False)
