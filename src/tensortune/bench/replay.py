@@ -63,14 +63,19 @@ def replay_run(path: str | os.PathLike[str], strategy: str, budget: int, seed: i
 
 
 def _run_task(args: tuple[str, str, int, int, int]) -> RunResult:
+    from .peers import is_peer, peer_run
+
     path, strategy, budget, seed, batch_size = args
+    if is_peer(strategy):
+        return peer_run(path, strategy, budget, seed)
     return replay_run(path, strategy, budget, seed, batch_size)
 
 
 def run_many(paths: Sequence[str], strategies: Sequence[str], budgets: Sequence[int],
              repeats: int | dict[str, int], jobs: int = 1, batch_size: int = 1,
              on_result: Any = None, first_seed: int = 0) -> list[RunResult]:
-    """Every (dataset, strategy, budget, repeat) run, in `jobs` processes.
+    """Every (dataset, strategy, budget, repeat) run, in `jobs` processes. A strategy may
+    also be a peer tuner (`kt:genetic_algorithm`, `optuna:tpe`: `tensortune.bench.peers`).
 
     `repeats` may differ per strategy (a dict, strategy -> repeats); repeat i runs with
     seed `first_seed + i` (another `first_seed` checks that a figure holds beyond the

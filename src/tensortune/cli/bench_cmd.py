@@ -64,7 +64,8 @@ def bench_group() -> None:
               help="Seed of the first repeat.")
 @click.option("--strategies", default="auto,random", show_default=True,
               help="Comma-separated strategies; random is always added as the baseline. "
-                   "NAME=N runs that strategy N repeats only.")
+                   "NAME=N runs that strategy N repeats only. Peers run side by side: "
+                   "kt:<strategy> (Kernel Tuner 1.5, simulation mode), optuna:tpe.")
 @click.option("--jobs", default=max(1, (os.cpu_count() or 1)), show_default=True,
               help="Worker processes.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
@@ -79,6 +80,7 @@ def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: 
     Each (dataset, strategy, budget, repeat) is a fresh tuning run with the Tuner and a
     replay runner; failed configurations count as measurements.
     """
+    from ..bench.peers import check_peer, is_peer
     from ..bench.plot import plot_curves
     from ..bench.replay import mean_over_datasets, run_many, summarize
     from ..search import strategy_names
@@ -91,8 +93,14 @@ def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: 
         name, _, count = item.strip().partition("=")
         if not name:
             continue
-        if name not in strategy_names():
-            raise click.BadParameter(f"unknown strategy {name!r}; known: {', '.join(strategy_names())}",
+        if is_peer(name):
+            try:
+                check_peer(name)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--strategies") from None
+        elif name not in strategy_names():
+            raise click.BadParameter(f"unknown strategy {name!r}; known: {', '.join(strategy_names())} "
+                                     "(or a peer: kt:<Kernel Tuner strategy>, optuna:tpe)",
                                      param_hint="--strategies")
         names.append(name)
         reps[name] = int(count) if count else repeats

@@ -1,0 +1,96 @@
+"""The default strategy against the peers, run side by side on the same replayed spaces.
+
+One `tensortune bench strategies` run holds our default strategy (`auto`), random search
+and the peers the issue measured: Optuna 5.0's TPE and nine Kernel Tuner 1.5 strategies
+in simulation mode (tensortune.bench.peers), on the six Kernel Tuner spaces of
+../shared/datasets and the two matmul spaces we measured on the H100
+(docs/benchmarks/spaces), at 20, 50, 100 and 200 measurements. Then, per dataset and
+budget, the best peer and the ratio of our mean to its mean (above 1: we are ahead),
+printed as a table and written to JSON with the raw figures.
+
+Needs the peers extra: `.venv/bin/pip install -e '.[peers]'`.
+
+Usage (from the repository root):
+    .venv/bin/python benchmarks/peers.py [--jobs 2] [--repeats 20] [--out docs/benchmarks]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from tensortune.cli.main import cli
+
+PEERS = ["optuna:tpe", "kt:genetic_algorithm", "kt:simulated_annealing", "kt:pso", "kt:diff_evo",
+         "kt:bayes_opt", "kt:mls", "kt:greedy_ils", "kt:dual_annealing", "kt:random_sample"]
+OURS = "auto"
+SIX = "the six Kernel Tuner spaces"
+
+
+def best_peers(summary: dict, budgets: list[int], datasets: list[str]) -> dict:
+    """budget -> {dataset: (best peer, its mean, our mean, ratio)}, plus the mean over `datasets`
+    of each strategy (the best peer there is the best mean, as the issue ranks peers)."""
+    out: dict = {}
+    for b in map(str, budgets):
+        rows = {}
+        for ds in datasets:
+            peers = {s: v[b]["mean"] for s, v in summary[ds].items() if s in PEERS}
+            name = max(peers, key=lambda s: peers[s])
+            ours = summary[ds][OURS][b]["mean"]
+            rows[ds] = {"best_peer": name, "peer": peers[name], "ours": ours, "ratio": round(ours / peers[name], 4)}
+        means = {s: sum(summary[ds][s][b]["mean"] for ds in datasets) / len(datasets) for s in PEERS + [OURS]}
+        name = max(PEERS, key=lambda s: means[s])
+        rows[SIX] = {"best_peer": name, "peer": round(means[name], 4), "ours": round(means[OURS], 4),
+                     "ratio": round(means[OURS] / means[name], 4)}
+        out[b] = rows
+    return out
+
+
+def main() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", default=os.path.join(here, "..", "..", "shared", "datasets", "kernel_tuner"))
+    parser.add_argument("--out", default=os.path.join(here, "..", "docs", "benchmarks"))
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--budgets", default="20,50,100,200")
+    args = parser.parse_args()
+    if not os.path.isdir(args.datasets):
+        sys.exit(f"no datasets at {args.datasets}")
+    h100 = os.path.join(here, "..", "docs", "benchmarks", "spaces")
+    os.makedirs(args.out, exist_ok=True)
+    raw = os.path.join(args.out, "peers.json")
+    cli.main(["bench", "strategies", "--dataset", args.datasets, h100, "--budgets", args.budgets,
+              "--repeats", str(args.repeats), "--jobs", str(args.jobs), "--strategies", ",".join([OURS, *PEERS]),
+              "--json", raw], standalone_mode=False)
+    with open(raw, encoding="utf-8") as f:
+        payload = json.load(f)
+    summary, budgets = payload["datasets"], payload["budgets"]
+    kernel_tuner = sorted(d for d in summary if "H100" not in d)
+    ratios = best_peers(summary, budgets, kernel_tuner)
+    table = Table(title=f"{OURS} / best peer: mean t_opt/t_best over {args.repeats} runs (ratio > 1: ahead)")
+    table.add_column("dataset")
+    for b in budgets:
+        table.add_column(f"N={b}", justify="right")
+    for ds in [*sorted(summary), SIX]:
+        cells = []
+        for b in map(str, budgets):
+            row = ratios[b].get(ds) or best_peers(summary, [int(b)], [ds])[b][ds]
+            ratios[b][ds] = row
+            peer = row["best_peer"].removeprefix("kt:")
+            cells.append(f"{row['ratio']:.3f} ({row['ours']:.3f} / {row['peer']:.3f} {peer})")
+        table.add_row(ds, *cells)
+    Console().print(table)
+    payload["versus_best_peer"] = ratios
+    with open(raw, "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=2)
+    print(f"wrote {raw}")
+
+
+if __name__ == "__main__":
+    main()
