@@ -8,16 +8,18 @@ model at depth 5 and 7), writing JSON and the plot next to the docs page. With
 which no setting was chosen on; with `--h100-spaces`, six strategies run on the two
 matmul spaces we measured on the H100 (docs/benchmarks/spaces); with `--hundred-seeds`,
 the default strategy and random search run 100 repeats on the six spaces and the two
-H100 ones, for means with small standard errors.
+H100 ones, for means with small standard errors; with `--switches`, the evolutionary
+search with `explore_switches=True` runs the same 100 repeats, printed beside the default's.
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/strategies.py [--jobs 2] [--out docs/benchmarks] [--other-repeats 5]
-        [--skip-strategies] [--skip-model] [--held-out-seeds] [--h100-spaces] [--hundred-seeds]
+        [--skip-strategies] [--skip-model] [--held-out-seeds] [--h100-spaces] [--hundred-seeds] [--switches]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -37,6 +39,7 @@ def main() -> None:
     parser.add_argument("--held-out-seeds", action="store_true")
     parser.add_argument("--h100-spaces", action="store_true")
     parser.add_argument("--hundred-seeds", action="store_true")
+    parser.add_argument("--switches", action="store_true")
     args = parser.parse_args()
     if not os.path.isdir(args.datasets):
         sys.exit(f"no datasets at {args.datasets}")
@@ -60,12 +63,34 @@ def main() -> None:
                   "--budgets", "20,50,100,200", "--jobs", str(args.jobs), "--repeats", str(args.repeats),
                   "--strategies", "auto,random,model_based,local,annealing,genetic",
                   "--json", os.path.join(args.out, "strategies_h100_spaces.json")], standalone_mode=False)
+    if args.switches:
+        switches(args, h100_spaces)
     if not args.skip_model:
         model = ["bench", "model", "--dataset", args.datasets, "--train-fraction", "0.1"]
         for extra, name in (([], "strategies_model"), (["--objective", "regression"], "strategies_model_regression"),
                             (["--objective", "regression", "--max-depth", "7"],
                              "strategies_model_regression_depth7")):
             cli.main([*model, *extra, "--json", os.path.join(args.out, f"{name}.json")], standalone_mode=False)
+
+
+def switches(args: argparse.Namespace, h100_spaces: str) -> None:
+    """Per-switch exploring against the default, 100 seeds on the eight spaces."""
+    from tensortune.bench.replay import run_many, summarize
+    from tensortune.datasets import find_datasets
+
+    paths = [str(p) for folder in (args.datasets, h100_spaces) for p in find_datasets(folder)]
+    results = run_many(paths, ["evolutionary"], [20, 50, 100, 200], 100, jobs=args.jobs,
+                       options={"evolutionary": {"explore_switches": True}})
+    summary = summarize(results)
+    with open(os.path.join(args.out, "strategies_switches_100seeds.json"), "w", encoding="utf-8") as f:
+        json.dump({"datasets": summary, "options": {"explore_switches": True}, "repeats": 100}, f, indent=2)
+    default_path = os.path.join(args.out, "strategies_100seeds.json")
+    default = json.load(open(default_path, encoding="utf-8"))["datasets"] if os.path.exists(default_path) else {}
+    print("explore_switches / default (strategies_100seeds.json), mean over 100 seeds")
+    for ds, per in summary.items():
+        cells = [f"{per['evolutionary'][b]['mean']:.3f} / {default.get(ds, {}).get('auto', {}).get(b, {}).get('mean', float('nan')):.3f}"
+                 for b in ("20", "50", "100", "200")]
+        print(f"  {ds[:34]:34s} " + "  ".join(cells))
 
 
 if __name__ == "__main__":

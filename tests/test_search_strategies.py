@@ -13,7 +13,8 @@ from tensortune.tuner import Tuner
 
 STRATEGIES = [
     ("exhaustive", {}), ("random", {}), ("annealing", {}), ("annealing", {"energy": "model"}),
-    ("genetic", {}), ("evolutionary", {}), ("model_based", {}), ("local", {}), ("auto", {}),
+    ("genetic", {}), ("evolutionary", {}), ("evolutionary", {"explore_switches": True}),
+    ("model_based", {}), ("local", {}), ("auto", {}),
 ]
 IDS = [name + ("-" + "-".join(f"{v}" for v in opts.values()) if opts else "") for name, opts in STRATEGIES]
 
@@ -225,3 +226,42 @@ def test_failures_that_ran_still_rank_last_in_the_model():
                 else MeasureResult(c, (1.0 + c["x"],)) for c in batch])
     s.refit()
     assert not s.rejected and s.model.trained_rows == len(s.measured)
+
+
+def _switch_space():
+    """Two switches (padding only with shared memory) and a block size."""
+    return Space({"shmem": [0, 1], "pad": [0, 1], "x": list(range(32))}, constraints=["pad <= shmem"])
+
+
+def test_a_stalled_search_explores_each_switch_combination_least_measured_first():
+    from tensortune.search.evolutionary import EvolutionarySearch
+
+    s = EvolutionarySearch(_switch_space(), seed=0, budget=100, explore_switches=True)
+    assert [s.space.params[k].name for k in s.switches] == ["shmem", "pad"]
+    # 30 measurements with shared memory and padding, the first the best: stalled
+    told = [Config(shmem=1, pad=1, x=x) for x in range(30)]
+    s.tell([MeasureResult(c, (1.0 + 0.01 * c["x"],)) for c in told])
+    assert s.stalled()
+    asked = s.ask(3)
+    # the two unmeasured valid combinations come first; (shmem 0, pad 1) is invalid
+    assert {(c["shmem"], c["pad"]) for c in asked[:2]} == {(0, 0), (1, 0)}
+    assert all(s.space.is_valid(c) and c not in told for c in asked)
+
+
+def test_per_switch_exploring_finds_an_optimum_behind_a_slow_switch():
+    # without shared memory the typical block is several times slower, but x = 5 there is the fastest
+    def cost(c):
+        if c["shmem"] == 0:
+            return 0.5 + 0.3 * abs(c["x"] - 5)
+        return 1.0 + 0.02 * abs(c["x"] - 20) + 0.1 * c["pad"]
+
+    found = [tune("evolutionary", _switch_space(), cost, budget=40, seed=seed,
+                  options={"explore_switches": True}).best_time for seed in range(5)]
+    assert found == [0.5] * 5
+
+
+def test_per_switch_exploring_is_off_with_too_many_switches():
+    from tensortune.search.evolutionary import EvolutionarySearch
+
+    space = Space({f"flag{i}": [0, 1] for i in range(7)} | {"x": list(range(8))})
+    assert EvolutionarySearch(space, seed=0, budget=50, explore_switches=True).switches == []

@@ -62,31 +62,34 @@ def replay_run(path: str | os.PathLike[str], strategy: str, budget: int, seed: i
                      result.failures, runner.simulated_seconds, wall)
 
 
-def _run_task(args: tuple[str, str, int, int, int]) -> RunResult:
+def _run_task(args: tuple[str, str, int, int, int, dict[str, Any] | None]) -> RunResult:
     from .peers import is_peer, peer_run
 
-    path, strategy, budget, seed, batch_size = args
+    path, strategy, budget, seed, batch_size, options = args
     if is_peer(strategy):
         return peer_run(path, strategy, budget, seed)
-    return replay_run(path, strategy, budget, seed, batch_size)
+    return replay_run(path, strategy, budget, seed, batch_size, options)
 
 
 def run_many(paths: Sequence[str], strategies: Sequence[str], budgets: Sequence[int],
              repeats: int | dict[str, int], jobs: int = 1, batch_size: int = 1,
-             on_result: Any = None, first_seed: int = 0) -> list[RunResult]:
+             on_result: Any = None, first_seed: int = 0,
+             options: dict[str, dict[str, Any]] | None = None) -> list[RunResult]:
     """Every (dataset, strategy, budget, repeat) run, in `jobs` processes. A strategy may
     also be a peer tuner (`kt:genetic_algorithm`, `optuna:tpe`: `tensortune.bench.peers`).
 
     `repeats` may differ per strategy (a dict, strategy -> repeats); repeat i runs with
     seed `first_seed + i` (another `first_seed` checks that a figure holds beyond the
-    seeds it was first measured on)."""
+    seeds it was first measured on). `options` (strategy -> keyword arguments) configures
+    a strategy, e.g. {"evolutionary": {"explore_switches": True}}."""
     tasks = []
     for path in paths:
         for strategy in strategies:
             reps = repeats[strategy] if isinstance(repeats, dict) else repeats
             for budget in budgets:
                 for seed in range(first_seed, first_seed + reps):
-                    tasks.append((str(path), strategy, int(budget), seed, batch_size))
+                    tasks.append((str(path), strategy, int(budget), seed, batch_size,
+                                  (options or {}).get(strategy)))
     # the longest runs first keeps the workers busy to the end
     tasks.sort(key=lambda t: -t[2])
     results: list[RunResult] = []

@@ -17,6 +17,14 @@ paying: the whole batch explores, taken only among points that differ from each 
 three best measured points in at least two parameters. An epsilon-greedy share of
 uniform random points guards against a model that is wrong everywhere.
 
+With `explore_switches=True` a stalled batch is taken per switch instead: for each
+combination of the two-valued parameters (`use_shmem`, `read_only`...), least measured
+first, the model's best unmeasured point in it. A switch often selects a code path whose
+typical configuration is slow but whose best ones are the fastest, which a model of all
+points ranks by the typical ones (docs/benchmarks/strategies.md: on convolution_milo-A4000
+at N=200 this takes the mean over 100 seeds from 0.960 to 0.999). Off by default until every
+published figure is re-run with it.
+
 Example:
     >>> from tensortune.space import Space
     >>> space = Space({"x": list(range(32)), "y": list(range(32))})
@@ -31,6 +39,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -40,6 +49,9 @@ from ..space import Space
 from .guided import ModelGuidedSearch
 from .points import Point, unique
 
+MAX_SWITCH_COMBINATIONS = 64  # more two-valued parameters than this allows: no per-switch exploring
+SWITCH_SEEDS = 64  # top-ranked points projected onto each switch combination
+
 
 class EvolutionarySearch(ModelGuidedSearch):
     name = "evolutionary"
@@ -47,7 +59,8 @@ class EvolutionarySearch(ModelGuidedSearch):
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None, *,
                  population: int = 256, generations: int = 4, mutation: float = 0.85,
                  measured_share: float = 0.2, min_random: int = 50, explore_share: float = 0.5,
-                 explore_distance: int = 3, stall: float = 0.25, **options: Any) -> None:
+                 explore_distance: int = 3, stall: float = 0.25, explore_switches: bool = False,
+                 **options: Any) -> None:
         super().__init__(space, seed, budget, **options)
         self.population = population
         self.generations = generations
@@ -57,6 +70,9 @@ class EvolutionarySearch(ModelGuidedSearch):
         self.explore_share = explore_share
         self.explore_distance = max(1, min(explore_distance, len(self.ops.free)))
         self.stall = stall
+        self.switches = [k for k in self.ops.free if self.ops.sizes[k] == 2] if explore_switches else []
+        if 2 ** len(self.switches) > MAX_SWITCH_COMBINATIONS:
+            self.switches = []
 
     def initial_population(self) -> list[Point]:
         best = [p for p, t in self.ranked() if np.isfinite(t)]
@@ -95,7 +111,9 @@ class EvolutionarySearch(ModelGuidedSearch):
     def plan_with_model(self, n: int) -> list[Point]:
         points, scores = self.evolve()
         ranked = self.top_unseen(points, scores, 16 * n)
-        if self.stalled():
+        if self.stalled() and self.switches:
+            explore = self.per_switch(points, scores, n)
+        elif self.stalled():
             best = [p for p, t in self.ranked()[:3] if math.isfinite(t)]
             away = [p for p in ranked if all(self.ops.distance(p, q) >= 2 for q in best)]
             explore = self.diverse(away, n, self.explore_distance)
@@ -125,3 +143,30 @@ class EvolutionarySearch(ModelGuidedSearch):
             if all(self.ops.distance(p, q) >= distance for q in chosen):
                 chosen.append(p)
         return chosen + [p for p in ranked if p not in chosen][: n - len(chosen)]
+
+    def per_switch(self, points: list[Point], scores: np.ndarray, n: int) -> list[Point]:
+        """Up to `n` points, one per combination of the switches (least measured first): the
+        model's best unmeasured point among the evolved ones in that combination and the
+        best-ranked ones moved into it."""
+        counts = {combo: 0 for combo in itertools.product((0, 1), repeat=len(self.switches))}
+        for p in self.measured:
+            counts[tuple(p[k] for k in self.switches)] += 1
+        order = np.argsort(-scores, kind="stable")
+        top = [points[i] for i in order[:SWITCH_SEEDS]]
+        tie = self.rng.random(len(counts))
+        chosen: list[Point] = []
+        for _, _, combo in sorted((c, float(t), combo) for (combo, c), t in zip(counts.items(), tie)):
+            moved = []
+            for p in top:
+                q = list(p)
+                for k, v in zip(self.switches, combo):
+                    q[k] = v
+                moved.append(tuple(q))
+            inside = [points[i] for i in order if tuple(points[i][k] for k in self.switches) == combo]
+            candidates = unique([q for q in moved if self.ops.valid(q)] + inside[:SWITCH_SEEDS],
+                                self.seen_points | set(chosen))
+            if candidates:
+                chosen.append(candidates[int(np.argmax(self.acquisition(candidates)))])
+            if len(chosen) == n:
+                break
+        return chosen
