@@ -83,3 +83,16 @@ def test_bench_strategies_runs_peers_side_by_side(tmp_path):
     assert summary["kt:pso"]["8"]["runs"] == 3
     bad = CliRunner().invoke(cli, ["bench", "strategies", "--dataset", path, "--strategies", "kt:nope"])
     assert bad.exit_code != 0 and "unknown Kernel Tuner strategy" in bad.output
+
+
+def test_worker_processes_share_one_plain_copy_of_a_cache(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    path = _write_space(tmp_path / "small.json")
+    res = CliRunner().invoke(cli, ["bench", "strategies", "--dataset", path, "--budgets", "4", "--repeats", "4",
+                                   "--strategies", "kt:random_sample", "--jobs", "2"])
+    assert res.exit_code == 0, res.output
+    # two worker processes, eight peer runs: one copy, no partial files left behind
+    assert [p.suffix for p in (tmp_path / "tmp" / "tensortune-peers").iterdir()] == [".json"]

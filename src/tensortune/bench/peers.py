@@ -25,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-import atexit
+import hashlib
 import json
 import os
 import random
@@ -34,6 +34,7 @@ import time
 import warnings
 from collections.abc import Iterable
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -99,19 +100,27 @@ def peer_run(path: str | os.PathLike[str], name: str, budget: int, seed: int) ->
 # ---- Kernel Tuner ----------------------------------------------------------------------------
 @lru_cache(maxsize=8)
 def _plain_cache(path: str) -> tuple[str, dict[str, Any]]:
-    """Kernel Tuner reads only uncompressed caches: a private plain copy, and its header."""
+    """Kernel Tuner reads only uncompressed caches: a plain copy, and the cache's header.
+
+    The copy is named by the content's hash in one folder of the temporary directory, so
+    every worker process and every later run shares it (nothing to clean up per process,
+    which worker processes could not do: they exit without running exit handlers)."""
     from ..datasets.kernel_tuner import _read_json
-    from pathlib import Path
 
     data = _read_json(Path(path))
-    fd, copy = tempfile.mkstemp(suffix=".json", prefix="tensortune-peer-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-    atexit.register(lambda: os.path.exists(copy) and os.remove(copy))
+    text = json.dumps(data)
+    folder = Path(tempfile.gettempdir()) / "tensortune-peers"
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.json"
+    if not copy.exists():
+        fd, partial = tempfile.mkstemp(suffix=".part", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(partial, copy)  # atomic: a concurrent worker sees the whole file or none
     header = {k: data[k] for k in ("kernel_name", "tune_params_keys", "tune_params")}
     header["problem_size"] = data.get("problem_size") or [1]
     header["keys"] = frozenset(data["cache"])
-    return copy, header
+    return str(copy), header
 
 
 def _kernel_tuner_configs(path: str, ds: ReplayDataset, strategy: str, budget: int, seed: int) -> list[Config]:
