@@ -36,18 +36,19 @@ OURS = "auto"
 SIX = "the six Kernel Tuner spaces"
 
 
-def best_peers(summary: dict, budgets: list[int], datasets: list[str], peers: list[str] = PEERS) -> dict:
-    """budget -> {dataset: (best peer, its mean, our mean, ratio)}, plus the mean over `datasets`
-    of each strategy (the best peer there is the best mean, as the issue ranks peers)."""
+def best_peers(summary: dict, budgets: list[int], peers: list[str], six: list[str]) -> dict:
+    """budget -> {dataset: {best_peer, peer, ours, ratio}} for every dataset, plus a row for
+    the mean over the `six` Kernel Tuner spaces (the best peer there has the best mean, as
+    the issue ranks peers)."""
     out: dict = {}
     for b in map(str, budgets):
         rows = {}
-        for ds in datasets:
-            means = {s: v[b]["mean"] for s, v in summary[ds].items() if s in peers}
+        for ds, per_strategy in summary.items():
+            means = {s: v[b]["mean"] for s, v in per_strategy.items() if s in peers}
             name = max(means, key=lambda s: means[s])
-            ours = summary[ds][OURS][b]["mean"]
+            ours = per_strategy[OURS][b]["mean"]
             rows[ds] = {"best_peer": name, "peer": means[name], "ours": ours, "ratio": round(ours / means[name], 4)}
-        means = {s: sum(summary[ds][s][b]["mean"] for ds in datasets) / len(datasets) for s in [*peers, OURS]}
+        means = {s: sum(summary[ds][s][b]["mean"] for ds in six) / len(six) for s in [*peers, OURS]}
         name = max(peers, key=lambda s: means[s])
         rows[SIX] = {"best_peer": name, "peer": round(means[name], 4), "ours": round(means[OURS], 4),
                      "ratio": round(means[OURS] / means[name], 4)}
@@ -78,17 +79,16 @@ def main() -> None:
     with open(raw, encoding="utf-8") as f:
         payload = json.load(f)
     summary, budgets = payload["datasets"], payload["budgets"]
-    kernel_tuner = sorted(d for d in summary if "H100" not in d)
-    ratios = best_peers(summary, budgets, kernel_tuner, peers)
+    six = [d for d in summary if "H100" not in d]
+    ratios = best_peers(summary, budgets, peers, six)
     table = Table(title=f"{OURS} / best peer: mean t_opt/t_best over {repeats} runs (ratio > 1: ahead)")
     table.add_column("dataset")
     for b in budgets:
         table.add_column(f"N={b}", justify="right")
-    for ds in [*sorted(summary), SIX]:
+    for ds in [*summary, SIX]:
         cells = []
         for b in map(str, budgets):
-            row = ratios[b].get(ds) or best_peers(summary, [int(b)], [ds], peers)[b][ds]
-            ratios[b][ds] = row
+            row = ratios[b][ds]
             peer = row["best_peer"].removeprefix("kt:")
             cells.append(f"{row['ratio']:.3f} ({row['ours']:.3f} / {row['peer']:.3f} {peer})")
         table.add_row(ds, *cells)

@@ -32,7 +32,6 @@ import random
 import tempfile
 import time
 import warnings
-from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -86,7 +85,7 @@ def peer_run(path: str | os.PathLike[str], name: str, budget: int, seed: int) ->
     ds = _dataset(str(path))
     start = time.perf_counter()
     if name.startswith("kt:"):
-        measured = _kernel_tuner_configs(str(path), ds, name.partition(":")[2], budget, seed)
+        measured = _kernel_tuner_configs(str(path), name.partition(":")[2], budget, seed)
     else:
         measured = _optuna_tpe_configs(ds, budget, seed)
     wall = time.perf_counter() - start
@@ -123,7 +122,7 @@ def _plain_cache(path: str) -> tuple[str, dict[str, Any]]:
     return str(copy), header
 
 
-def _kernel_tuner_configs(path: str, ds: ReplayDataset, strategy: str, budget: int, seed: int) -> list[Config]:
+def _kernel_tuner_configs(path: str, strategy: str, budget: int, seed: int) -> list[Config]:
     import kernel_tuner
 
     copy, header = _plain_cache(path)
@@ -140,7 +139,7 @@ def _kernel_tuner_configs(path: str, ds: ReplayDataset, strategy: str, budget: i
             header["kernel_name"], "", header["problem_size"], [], header["tune_params"],
             restrictions=in_cache, cache=copy, simulation_mode=True, strategy=strategy,
             strategy_options={"max_fevals": budget}, verbose=False, quiet=True)
-    return _distinct(Config({k: r[k] for k in names}) for r in results)
+    return list(dict.fromkeys(Config({k: r[k] for k in names}) for r in results))  # distinct, in order
 
 
 # ---- Optuna --------------------------------------------------------------------------------
@@ -164,6 +163,3 @@ def _optuna_tpe_configs(ds: ReplayDataset, budget: int, seed: int) -> list[Confi
         study.tell(trial, result.time if result is not None and result.ok else PENALTY)
     return list(measured)
 
-
-def _distinct(configs: Iterable[Config]) -> list[Config]:
-    return list(dict.fromkeys(configs))
