@@ -8,15 +8,16 @@ model at depth 5 and 7), writing JSON and the plot next to the docs page. With
 which no setting was chosen on; with `--h100-spaces`, six strategies run on the two
 matmul spaces we measured on the H100 (docs/benchmarks/spaces); with `--hundred-seeds`,
 the default strategy and random search run 100 repeats on the six spaces and the two
-H100 ones, for means with small standard errors; with `--switches`, the evolutionary
-search with `explore_switches=True` runs the same 100 repeats, printed beside the default's;
-with `--switches-held-out`, the option and the default run side by side on seeds 100..199
-(the two convolution_milo spaces, N=100 and 200), seeds the option was not found on.
+H100 ones, for means with small standard errors; with `--without-switches`, the
+evolutionary search with `explore_switches=False` (the default until 2026-11-22) runs the
+same 100 repeats, printed beside the default's; with `--without-switches-held-out`, that
+and the default run side by side on seeds 100..199 (the two convolution_milo spaces, N=100
+and 200), seeds per-switch exploring was not found on.
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/strategies.py [--jobs 2] [--out docs/benchmarks] [--other-repeats 5]
-        [--skip-strategies] [--skip-model] [--held-out-seeds] [--h100-spaces] [--hundred-seeds] [--switches]
-        [--switches-held-out]
+        [--skip-strategies] [--skip-model] [--held-out-seeds] [--h100-spaces] [--hundred-seeds]
+        [--without-switches] [--without-switches-held-out]
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ def main() -> None:
     parser.add_argument("--held-out-seeds", action="store_true")
     parser.add_argument("--h100-spaces", action="store_true")
     parser.add_argument("--hundred-seeds", action="store_true")
-    parser.add_argument("--switches", action="store_true")
-    parser.add_argument("--switches-held-out", action="store_true")
+    parser.add_argument("--without-switches", action="store_true")
+    parser.add_argument("--without-switches-held-out", action="store_true")
     args = parser.parse_args()
     if not os.path.isdir(args.datasets):
         sys.exit(f"no datasets at {args.datasets}")
@@ -67,10 +68,10 @@ def main() -> None:
                   "--budgets", "20,50,100,200", "--jobs", str(args.jobs), "--repeats", str(args.repeats),
                   "--strategies", "auto,random,model_based,local,annealing,genetic",
                   "--json", os.path.join(args.out, "strategies_h100_spaces.json")], standalone_mode=False)
-    if args.switches:
-        switches(args, h100_spaces)
-    if args.switches_held_out:
-        switches_held_out(args)
+    if args.without_switches:
+        without_switches(args, h100_spaces)
+    if args.without_switches_held_out:
+        without_switches_held_out(args)
     if not args.skip_model:
         model = ["bench", "model", "--dataset", args.datasets, "--train-fraction", "0.1"]
         for extra, name in (([], "strategies_model"), (["--objective", "regression"], "strategies_model_regression"),
@@ -79,44 +80,43 @@ def main() -> None:
             cli.main([*model, *extra, "--json", os.path.join(args.out, f"{name}.json")], standalone_mode=False)
 
 
-def switches(args: argparse.Namespace, h100_spaces: str) -> None:
-    """Per-switch exploring against the default, 100 seeds on the eight spaces."""
+WITHOUT = {"evolutionary": {"explore_switches": False}}
+
+
+def without_switches(args: argparse.Namespace, h100_spaces: str) -> None:
+    """The default against the same search without per-switch exploring, 100 seeds on the eight spaces."""
     from tensortune.bench.replay import run_many, summarize
     from tensortune.datasets import find_datasets
 
     paths = [str(p) for folder in (args.datasets, h100_spaces) for p in find_datasets(folder)]
-    results = run_many(paths, ["evolutionary"], [20, 50, 100, 200], 100, jobs=args.jobs,
-                       options={"evolutionary": {"explore_switches": True}})
-    summary = summarize(results)
-    with open(os.path.join(args.out, "strategies_switches_100seeds.json"), "w", encoding="utf-8") as f:
-        json.dump({"datasets": summary, "options": {"explore_switches": True}, "repeats": 100}, f, indent=2)
+    summary = summarize(run_many(paths, ["evolutionary"], [20, 50, 100, 200], 100, jobs=args.jobs, options=WITHOUT))
+    with open(os.path.join(args.out, "strategies_without_switches_100seeds.json"), "w", encoding="utf-8") as f:
+        json.dump({"datasets": summary, "options": WITHOUT, "repeats": 100}, f, indent=2)
     default_path = os.path.join(args.out, "strategies_100seeds.json")
     default: dict = {}
     if os.path.exists(default_path):
         with open(default_path, encoding="utf-8") as f:
             default = json.load(f)["datasets"]
-    print("explore_switches / default (strategies_100seeds.json), mean over 100 seeds")
+    print("default (strategies_100seeds.json) / explore_switches=False, mean over 100 seeds")
     for ds, per in summary.items():
         cells = []
         for b in ("20", "50", "100", "200"):
-            theirs = default.get(ds, {}).get("auto", {}).get(b, {}).get("mean", float("nan"))
-            cells.append(f"{per['evolutionary'][b]['mean']:.3f} / {theirs:.3f}")
+            ours = default.get(ds, {}).get("auto", {}).get(b, {}).get("mean", float("nan"))
+            cells.append(f"{ours:.3f} / {per['evolutionary'][b]['mean']:.3f}")
         print(f"  {ds[:34]:34s} " + "  ".join(cells))
 
 
-def switches_held_out(args: argparse.Namespace) -> None:
-    """The option against the default in one run, on seeds 100..199 of the two spaces it
-    moves most (found on seeds 0..59 of convolution_milo-A4000)."""
+def without_switches_held_out(args: argparse.Namespace) -> None:
+    """The default against the search without per-switch exploring in one run, on seeds
+    100..199 of the two spaces it moves most (found on seeds 0..59 of convolution_milo-A4000)."""
     from tensortune.bench.replay import run_many, summarize
 
     paths = [os.path.join(args.datasets, f"convolution_milo-{gpu}.json.gz") for gpu in ("A100", "A4000")]
-    results = run_many(paths, ["auto", "evolutionary"], [100, 200], 100, jobs=args.jobs, first_seed=100,
-                       options={"evolutionary": {"explore_switches": True}})
-    summary = summarize(results)
-    with open(os.path.join(args.out, "strategies_switches_seeds100-199.json"), "w", encoding="utf-8") as f:
-        json.dump({"datasets": summary, "options": {"evolutionary": {"explore_switches": True}},
-                   "repeats": 100, "first_seed": 100}, f, indent=2)
-    print("seeds 100..199: default (auto) / explore_switches (evolutionary), mean ±se")
+    summary = summarize(run_many(paths, ["auto", "evolutionary"], [100, 200], 100, jobs=args.jobs, first_seed=100,
+                                 options=WITHOUT))
+    with open(os.path.join(args.out, "strategies_without_switches_seeds100-199.json"), "w", encoding="utf-8") as f:
+        json.dump({"datasets": summary, "options": WITHOUT, "repeats": 100, "first_seed": 100}, f, indent=2)
+    print("seeds 100..199: default (auto) / explore_switches=False (evolutionary), mean ±se")
     for ds, per in summary.items():
         cells = [f"N={b}: {per['auto'][b]['mean']:.3f} ±{per['auto'][b]['se']:.3f} / "
                  f"{per['evolutionary'][b]['mean']:.3f} ±{per['evolutionary'][b]['se']:.3f}" for b in ("100", "200")]

@@ -13,7 +13,7 @@ from tensortune.tuner import Tuner
 
 STRATEGIES = [
     ("exhaustive", {}), ("random", {}), ("annealing", {}), ("annealing", {"energy": "model"}),
-    ("genetic", {}), ("evolutionary", {}), ("evolutionary", {"explore_switches": True}),
+    ("genetic", {}), ("evolutionary", {}), ("evolutionary", {"explore_switches": False}),
     ("model_based", {}), ("local", {}), ("auto", {}),
 ]
 IDS = [name + ("-" + "-".join(f"{v}" for v in opts.values()) if opts else "") for name, opts in STRATEGIES]
@@ -236,7 +236,7 @@ def _switch_space():
 def test_a_stalled_search_explores_each_switch_combination_least_measured_first():
     from tensortune.search.evolutionary import EvolutionarySearch
 
-    s = EvolutionarySearch(_switch_space(), seed=0, budget=100, explore_switches=True)
+    s = EvolutionarySearch(_switch_space(), seed=0, budget=100)  # on by default
     assert [s.space.params[k].name for k in s.switches] == ["shmem", "pad"]
     # 30 measurements with shared memory and padding, the first the best: stalled
     told = [Config(shmem=1, pad=1, x=x) for x in range(30)]
@@ -255,8 +255,7 @@ def test_per_switch_exploring_finds_an_optimum_behind_a_slow_switch():
             return 0.5 + 0.3 * abs(c["x"] - 5)
         return 1.0 + 0.02 * abs(c["x"] - 20) + 0.1 * c["pad"]
 
-    found = [tune("evolutionary", _switch_space(), cost, budget=40, seed=seed,
-                  options={"explore_switches": True}).best_time for seed in range(5)]
+    found = [tune("auto", _switch_space(), cost, budget=40, seed=seed).best_time for seed in range(5)]
     assert found == [0.5] * 5
 
 

@@ -142,6 +142,8 @@ class SketchSearch(EvolutionarySearch):
                  cores: int = 2, population: int = 128, seeds: bool = True, **options) -> None:
         features = ProgramFeatures(sp, cores)
         options.setdefault("cost_model", XGBRankModel(seed=seed, feature_names=features.names))
+        # per-switch exploring was chosen on template spaces; docs/benchmarks/cpu.md was measured without it
+        options.setdefault("explore_switches", False)
         super().__init__(sp.space, seed, budget, population=population, **options)
         self.sp = sp
         self.features = features

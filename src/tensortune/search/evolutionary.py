@@ -17,13 +17,14 @@ paying: the whole batch explores, taken only among points that differ from each 
 three best measured points in at least two parameters. An epsilon-greedy share of
 uniform random points guards against a model that is wrong everywhere.
 
-With `explore_switches=True` a stalled batch is taken per switch instead: for each
-combination of the two-valued parameters (`use_shmem`, `read_only`...), least measured
-first, the model's best unmeasured point in it. A switch often selects a code path whose
-typical configuration is slow but whose best ones are the fastest, which a model of all
-points ranks by the typical ones (docs/benchmarks/strategies.md: on convolution_milo-A4000
-at N=200 this takes the mean over 100 seeds from 0.960 to 0.999). Off by default until every
-published figure is re-run with it.
+With `explore_switches=True` (the default) a stalled batch is taken per switch instead:
+for each combination of the two-valued parameters (`use_shmem`, `read_only`...), least
+measured first, the model's best unmeasured point in it. A switch often selects a code path
+whose typical configuration is slow but whose best ones are the fastest, which a model of
+all points ranks by the typical ones (docs/benchmarks/strategies.md: on
+convolution_milo-A4000 at N=200 this takes the mean over 100 seeds from 0.960 to 0.999).
+With more than six switches, or `explore_switches=False`, a stalled batch explores away
+from the best points as above.
 
 Example:
     >>> from tensortune.space import Space
@@ -59,7 +60,7 @@ class EvolutionarySearch(ModelGuidedSearch):
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None, *,
                  population: int = 256, generations: int = 4, mutation: float = 0.85,
                  measured_share: float = 0.2, min_random: int = 50, explore_share: float = 0.5,
-                 explore_distance: int = 3, stall: float = 0.25, explore_switches: bool = False,
+                 explore_distance: int = 3, stall: float = 0.25, explore_switches: bool = True,
                  **options: Any) -> None:
         super().__init__(space, seed, budget, **options)
         self.population = population
