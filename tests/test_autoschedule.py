@@ -157,6 +157,7 @@ def test_features_describe_the_loop_nest():
 def test_search_proposes_canonical_unique_valid_configs():
     sp = SketchSpace.of(W.matmul(64, 64, 64).outputs)
     s = SketchSearch(sp, seed=0, budget=40)
+    assert s.switches == []  # per-switch exploring stays off on sketch spaces (docs/strategies.md)
     seen = set()
     for _ in range(3):
         batch = s.ask(8)
