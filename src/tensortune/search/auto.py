@@ -5,8 +5,9 @@ How it chooses:
 - the budget covers every valid configuration (the space's size is exact and at most
   the budget): `exhaustive`, since nothing can beat measuring everything;
 - otherwise: `evolutionary`, the cost-model-guided evolutionary search, which scored
-  best on the replay benchmark (docs/benchmarks/strategies.md) at every budget there,
-  from 20 to 200 measurements; options given to `auto` go to it.
+  best on the replay benchmark (docs/benchmarks/strategies.md) at 20, 50 and 200
+  measurements and tied `model_based` at 100 for less search time; options given to
+  `auto` go to it.
 
 Example:
     >>> from tensortune.space import Space
