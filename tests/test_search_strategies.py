@@ -259,6 +259,23 @@ def test_per_switch_exploring_finds_an_optimum_behind_a_slow_switch():
     assert found == [0.5] * 5
 
 
+def test_per_switch_exploring_finds_what_the_old_stall_rule_misses():
+    # a wider block range: without shared memory the optimum (x = 5) is far from where the
+    # typical configuration with shared memory is fastest (x = 40)
+    space = Space({"shmem": [0, 1], "pad": [0, 1], "x": list(range(64))}, constraints=["pad <= shmem"])
+
+    def cost(c):
+        if c["shmem"] == 0:
+            return 0.5 + 0.3 * abs(c["x"] - 5)
+        return 1.0 + 0.02 * abs(c["x"] - 40) + 0.1 * c["pad"]
+
+    def hits(explore_switches):
+        return sum(tune("auto", space, cost, budget=40, seed=seed,
+                        options={"explore_switches": explore_switches}).best_time == 0.5 for seed in range(10))
+
+    assert hits(True) >= 6 and hits(False) <= 2
+
+
 def test_per_switch_exploring_is_off_with_too_many_switches():
     from tensortune.search.evolutionary import EvolutionarySearch
 
