@@ -112,9 +112,10 @@ class EvolutionarySearch(ModelGuidedSearch):
     def plan_with_model(self, n: int) -> list[Point]:
         points, scores = self.evolve()
         ranked = self.top_unseen(points, scores, 16 * n)
-        if self.stalled() and self.switches:
+        stalled = self.stalled()
+        if stalled and self.switches:
             explore = self.per_switch(points, scores, n)
-        elif self.stalled():
+        elif stalled:
             best = [p for p, t in self.ranked()[:3] if math.isfinite(t)]
             away = [p for p in ranked if all(self.ops.distance(p, q) >= 2 for q in best)]
             explore = self.diverse(away, n, self.explore_distance)
@@ -149,11 +150,17 @@ class EvolutionarySearch(ModelGuidedSearch):
         """Up to `n` points, one per combination of the switches (least measured first): the
         model's best unmeasured point among the evolved ones in that combination and the
         best-ranked ones moved into it."""
+        def combo_of(p: Point) -> tuple[int, ...]:
+            return tuple(p[k] for k in self.switches)
+
         counts = {combo: 0 for combo in itertools.product((0, 1), repeat=len(self.switches))}
         for p in self.measured:
-            counts[tuple(p[k] for k in self.switches)] += 1
-        order = np.argsort(-scores, kind="stable")
-        top = [points[i] for i in order[:SWITCH_SEEDS]]
+            counts[combo_of(p)] += 1
+        ranked = [points[i] for i in np.argsort(-scores, kind="stable")]
+        inside: dict[tuple[int, ...], list[Point]] = {combo: [] for combo in counts}
+        for p in ranked:
+            inside[combo_of(p)].append(p)
+        top = ranked[:SWITCH_SEEDS]
         tie = self.rng.random(len(counts))
         chosen: list[Point] = []
         for _, _, combo in sorted((c, float(t), combo) for (combo, c), t in zip(counts.items(), tie)):
@@ -163,8 +170,7 @@ class EvolutionarySearch(ModelGuidedSearch):
                 for k, v in zip(self.switches, combo):
                     q[k] = v
                 moved.append(tuple(q))
-            inside = [points[i] for i in order if tuple(points[i][k] for k in self.switches) == combo]
-            candidates = unique([q for q in moved if self.ops.valid(q)] + inside[:SWITCH_SEEDS],
+            candidates = unique([q for q in moved if self.ops.valid(q)] + inside[combo][:SWITCH_SEEDS],
                                 self.seen_points | set(chosen))
             if candidates:
                 chosen.append(candidates[int(np.argmax(self.acquisition(candidates)))])
