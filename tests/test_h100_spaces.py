@@ -40,3 +40,28 @@ def test_the_space_script_writes_a_cache_the_replay_reads(tmp_path):
     ds = load_kernel_tuner_cache(path)
     assert len(ds.results) == 8 and ds.failures == 0
     assert all(r.time > 0 for r in ds.results.values())
+
+
+SKETCH_SPACES = {"sketch_conv2d-H100": (2448, 0), "sketch_matmul_bias_gelu-H100": (3328, 6)}
+
+
+@pytest.mark.parametrize("name", sorted(SKETCH_SPACES))
+def test_the_auto_scheduler_sketch_spaces_load_with_switches_as_zero_and_one(name):
+    ds = load_kernel_tuner_cache(os.path.join(ROOT, "docs", "benchmarks", "spaces", f"{name}.json.gz"))
+    size, failed = SKETCH_SPACES[name]
+    assert len(ds.results) == size and ds.failures == failed
+    switches = [p for p in ds.space.params if p.name in ("PERSISTENT", "RELAYOUT", "TMA_STORE")]
+    assert switches and all(set(p.values) <= {0, 1} and all(type(v) is int for v in p.values) for p in switches)
+    run = replay_run(os.path.join(ROOT, "docs", "benchmarks", "spaces", f"{name}.json.gz"), "auto", 30, seed=1)
+    assert run.trials == 30 and 0 < run.score <= 1
+
+
+def test_the_sketch_space_script_measures_the_generated_kernels_into_a_cache(tmp_path):
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.path.join(ROOT, "src"))
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sketch_space.py"), "--cpu",
+                    "--workload", "conv2d", "--out", str(tmp_path)], check=True, env=env, capture_output=True,
+                   timeout=600)
+    ds = load_kernel_tuner_cache(tmp_path / "sketch_conv2d-cpu.json.gz")
+    assert len(ds.results) == 6 and ds.failures == 0  # every grid point the sketch allows, checked and timed
+    assert all(r.time > 0 for r in ds.results.values())
+    assert (tmp_path / "sketch_conv2d-cpu.db").exists()  # the records the cache was written from
