@@ -5,9 +5,10 @@ Runs `tensortune bench strategies` on the six Kernel Tuner spaces of ../shared/d
 and `tensortune bench model` (the ranking model the strategies use, and the regression
 model at depth 5 and 7), writing JSON and the plot next to the docs page. With
 `--held-out-seeds`, the default strategy and random search run again on seeds 20..59,
-which no setting was chosen on; with `--h100-spaces`, six strategies run on the two
-matmul spaces we measured on the H100 (docs/benchmarks/spaces); with `--hundred-seeds`,
-the default strategy and random search run 100 repeats on the six spaces and the two
+which no setting was chosen on; with `--h100-spaces`, six strategies run on the
+spaces we measured on the H100 (docs/benchmarks/spaces: two matmul grids and two of the
+auto-scheduler's sketch spaces); with `--hundred-seeds`,
+the default strategy and random search run 100 repeats on the six spaces and the
 H100 ones, for means with small standard errors; with `--without-switches`, the
 evolutionary search with `explore_switches=False` (the default until 2026-11-22) runs the
 same 100 repeats, printed beside the default's; with `--without-switches-held-out`, that
@@ -84,7 +85,8 @@ WITHOUT = {"evolutionary": {"explore_switches": False}}
 
 
 def without_switches(args: argparse.Namespace, h100_spaces: str) -> None:
-    """The default against the same search without per-switch exploring, 100 seeds on the eight spaces."""
+    """The default against the same search without per-switch exploring, 100 seeds on the six spaces and
+    the H100 ones."""
     from tensortune.bench.replay import run_many, summarize
     from tensortune.datasets import find_datasets
 
