@@ -3,7 +3,7 @@
 One `tensortune bench strategies` run holds our default strategy (`auto`), random search
 and the peers the issue measured: Optuna 5.0's TPE and nine Kernel Tuner 1.5 strategies
 in simulation mode (tensortune.bench.peers), on the six Kernel Tuner spaces of
-../shared/datasets and the two matmul spaces we measured on the H100
+../shared/datasets and the spaces we measured on the H100
 (docs/benchmarks/spaces), at 20, 50, 100 and 200 measurements. Then, per dataset and
 budget, the best peer and the ratio of our mean to its mean (above 1: we are ahead),
 printed as a table and written to JSON with the raw figures. With `--hundred-seeds`,
@@ -13,8 +13,14 @@ for means with small standard errors (peers_100seeds.json).
 
 Needs the peers extra: `.venv/bin/pip install -e '.[peers]'`.
 
+By default the run covers every space of ../shared/datasets/kernel_tuner and of
+docs/benchmarks/spaces; `--dataset` names others (files or folders) and `--name` the JSON
+written. Each run is seeded on its own, so a dataset's figures do not depend on which
+others share the run.
+
 Usage (from the repository root):
     .venv/bin/python benchmarks/peers.py [--jobs 2] [--repeats 20] [--out docs/benchmarks] [--hundred-seeds]
+        [--dataset PATH ...] [--name peers_sketch_spaces] [--peers optuna:tpe,kt:bayes_opt]
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ def best_peers(summary: dict, budgets: list[int], peers: list[str], six: list[st
             name = max(means, key=lambda s: means[s])
             ours = per_strategy[OURS][b]["mean"]
             rows[ds] = {"best_peer": name, "peer": means[name], "ours": ours, "ratio": round(ours / means[name], 4)}
+        if not six:
+            out[b] = rows
+            continue
         means = {s: sum(summary[ds][s][b]["mean"] for ds in six) / len(six) for s in [*peers, OURS]}
         name = max(peers, key=lambda s: means[s])
         rows[SIX] = {"best_peer": name, "peer": round(means[name], 4), "ours": round(means[OURS], 4),
@@ -65,15 +74,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--budgets", default="20,50,100,200")
     parser.add_argument("--hundred-seeds", action="store_true")
+    parser.add_argument("--dataset", nargs="+", default=None, help="spaces to run instead of the default ones")
+    parser.add_argument("--name", default=None, help="the JSON's name, without .json")
+    parser.add_argument("--peers", default=None, help="comma-separated peers instead of the default ones")
     args = parser.parse_args()
-    peers, name = (BEST_SOMEWHERE, "peers_100seeds.json") if args.hundred_seeds else (PEERS, "peers.json")
+    peers, name = (BEST_SOMEWHERE, "peers_100seeds") if args.hundred_seeds else (PEERS, "peers")
+    peers = args.peers.split(",") if args.peers else peers
     repeats = 100 if args.hundred_seeds else args.repeats
-    if not os.path.isdir(args.datasets):
-        sys.exit(f"no datasets at {args.datasets}")
-    h100 = os.path.join(here, "..", "docs", "benchmarks", "spaces")
+    datasets = args.dataset or [args.datasets, os.path.join(here, "..", "docs", "benchmarks", "spaces")]
+    missing = [d for d in datasets if not os.path.exists(d)]
+    if missing:
+        sys.exit(f"no datasets at {', '.join(missing)}")
     os.makedirs(args.out, exist_ok=True)
-    raw = os.path.join(args.out, name)
-    cli.main(["bench", "strategies", "--dataset", args.datasets, h100, "--budgets", args.budgets,
+    raw = os.path.join(args.out, f"{args.name or name}.json")
+    cli.main(["bench", "strategies", "--dataset", *datasets, "--budgets", args.budgets,
               "--repeats", str(repeats), "--jobs", str(args.jobs), "--strategies", ",".join([OURS, *peers]),
               "--json", raw], standalone_mode=False)
     with open(raw, encoding="utf-8") as f:
@@ -85,7 +99,7 @@ def main() -> None:
     table.add_column("dataset")
     for b in budgets:
         table.add_column(f"N={b}", justify="right")
-    for ds in [*summary, SIX]:
+    for ds in [*summary, SIX] if six else summary:
         cells = []
         for b in map(str, budgets):
             row = ratios[b][ds]
