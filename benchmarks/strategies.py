@@ -13,14 +13,12 @@ H100 ones, for means with small standard errors; with `--without-switches`, the
 evolutionary search with `explore_switches=False` (the default until 2026-11-22) runs the
 same 100 repeats, printed beside the default's; with `--without-switches-held-out`, that
 and the default run side by side on seeds 100..199 (the two convolution_milo spaces, N=100
-and 200), seeds per-switch exploring was not found on; with `--gp-plans`, the default with
-every other plan ranked by a Gaussian process (`gp_plans=True`) runs 100 seeds on every
-space, and with `--gp-plans-held-out` it and the default run side by side on seeds 100..199.
+and 200), seeds per-switch exploring was not found on.
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/strategies.py [--jobs 2] [--out docs/benchmarks] [--other-repeats 5]
         [--skip-strategies] [--skip-model] [--held-out-seeds] [--h100-spaces] [--hundred-seeds]
-        [--without-switches] [--without-switches-held-out] [--gp-plans] [--gp-plans-held-out]
+        [--without-switches] [--without-switches-held-out]
 """
 
 from __future__ import annotations
@@ -48,8 +46,6 @@ def main() -> None:
     parser.add_argument("--hundred-seeds", action="store_true")
     parser.add_argument("--without-switches", action="store_true")
     parser.add_argument("--without-switches-held-out", action="store_true")
-    parser.add_argument("--gp-plans", action="store_true")
-    parser.add_argument("--gp-plans-held-out", action="store_true")
     args = parser.parse_args()
     if not os.path.isdir(args.datasets):
         sys.exit(f"no datasets at {args.datasets}")
@@ -77,10 +73,6 @@ def main() -> None:
         without_switches(args, h100_spaces)
     if args.without_switches_held_out:
         without_switches_held_out(args)
-    if args.gp_plans:
-        gp_plans(args, h100_spaces, first_seed=0)
-    if args.gp_plans_held_out:
-        gp_plans(args, h100_spaces, first_seed=100)
     if not args.skip_model:
         model = ["bench", "model", "--dataset", args.datasets, "--train-fraction", "0.1"]
         for extra, name in (([], "strategies_model"), (["--objective", "regression"], "strategies_model_regression"),
@@ -131,39 +123,6 @@ def without_switches_held_out(args: argparse.Namespace) -> None:
         cells = [f"N={b}: {per['auto'][b]['mean']:.3f} ±{per['auto'][b]['se']:.3f} / "
                  f"{per['evolutionary'][b]['mean']:.3f} ±{per['evolutionary'][b]['se']:.3f}" for b in ("100", "200")]
         print(f"  {ds:24s} " + "  ".join(cells))
-
-
-GP_PLANS = {"auto": {"gp_plans": True}}
-
-
-def gp_plans(args: argparse.Namespace, h100_spaces: str, first_seed: int) -> None:
-    """The default with every other plan ranked by a Gaussian process (`gp_plans=True`), 100
-    seeds on every space. From seed 0 it runs alone (the default's runs are
-    strategies_100seeds.json); from seed 100, seeds no setting was chosen on, the default runs
-    beside it."""
-    from tensortune.bench.replay import run_many, summarize
-    from tensortune.datasets import find_datasets
-
-    paths = [str(p) for folder in (args.datasets, h100_spaces) for p in find_datasets(folder)]
-    budgets = [20, 50, 100, 200]
-    summary = summarize(run_many(paths, ["auto"], budgets, 100, jobs=args.jobs, first_seed=first_seed,
-                                 options=GP_PLANS))
-    name = "strategies_gp_plans_100seeds.json" if first_seed == 0 else \
-        f"strategies_gp_plans_seeds{first_seed}-{first_seed + 99}.json"
-    default: dict = {}
-    if first_seed == 0:
-        with open(os.path.join(args.out, "strategies_100seeds.json"), encoding="utf-8") as f:
-            default = json.load(f)["datasets"]
-    else:
-        default = summarize(run_many(paths, ["auto"], budgets, 100, jobs=args.jobs, first_seed=first_seed))
-    out = {"datasets": {ds: {"default": default[ds]["auto"], "gp_plans": per["auto"]} for ds, per in summary.items()},
-           "options": GP_PLANS["auto"], "repeats": 100, "first_seed": first_seed}
-    with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:
-        json.dump(out, f, indent=2)
-    print(f"seeds {first_seed}..{first_seed + 99}: default / gp_plans=True, mean over 100 seeds")
-    for ds, per in out["datasets"].items():
-        cells = [f"{per['default'][str(b)]['mean']:.3f} / {per['gp_plans'][str(b)]['mean']:.3f}" for b in budgets]
-        print(f"  {ds[:34]:34s} " + "  ".join(cells))
 
 
 if __name__ == "__main__":

@@ -26,12 +26,6 @@ convolution_milo-A4000 at N=200 this takes the mean over 100 seeds from 0.960 to
 With more than six switches, or `explore_switches=False`, a stalled batch explores away
 from the best points as above.
 
-With `gp_plans=True` every other plan ranks by a Gaussian process's upper confidence
-bound (`tensortune.model.gp`) instead of the ranking model, the first one included: trees
-cannot extrapolate past the largest value they saw, and a smooth GP carries trends to the
-edges of the ranges, where the fastest tiles often are (an option, off by default:
-docs/benchmarks/strategies.md has its figures).
-
 Example:
     >>> from tensortune.space import Space
     >>> space = Space({"x": list(range(32)), "y": list(range(32))})
@@ -52,7 +46,6 @@ from typing import Any
 
 import numpy as np
 
-from ..model.gp import GaussianProcess, normalized
 from ..space import Space
 from .guided import ModelGuidedSearch
 from .points import Point, unique
@@ -68,7 +61,7 @@ class EvolutionarySearch(ModelGuidedSearch):
                  population: int = 256, generations: int = 4, mutation: float = 0.85,
                  measured_share: float = 0.2, min_random: int = 50, explore_share: float = 0.5,
                  explore_distance: int = 3, stall: float = 0.25, explore_switches: bool = True,
-                 gp_plans: bool = False, **options: Any) -> None:
+                 **options: Any) -> None:
         super().__init__(space, seed, budget, **options)
         self.population = population
         self.generations = generations
@@ -81,20 +74,6 @@ class EvolutionarySearch(ModelGuidedSearch):
         self.switches = [k for k in self.ops.free if self.ops.sizes[k] == 2] if explore_switches else []
         if 2 ** len(self.switches) > MAX_SWITCH_COMBINATIONS:
             self.switches = []
-        self.gp = GaussianProcess() if gp_plans else None
-        self._gp_turn = False  # this plan ranks by the GP
-
-    def refit(self) -> None:
-        fresh = self._fitted_on != len(self.measured)
-        super().refit()
-        if fresh and self.gp is not None:
-            points, times = self.arrays()
-            self.gp.fit(normalized(np.asarray(points), np.asarray(self.ops.sizes)), times)
-
-    def surrogate_scores(self, points: list[Point], X: np.ndarray) -> np.ndarray:
-        if self._gp_turn and self.gp is not None:
-            return self.gp.ucb(normalized(np.asarray(points), np.asarray(self.ops.sizes)))
-        return super().surrogate_scores(points, X)
 
     def initial_population(self) -> list[Point]:
         best = [p for p, t in self.ranked() if np.isfinite(t)]
@@ -131,7 +110,6 @@ class EvolutionarySearch(ModelGuidedSearch):
         return points, np.asarray([visited[p] for p in points])
 
     def plan_with_model(self, n: int) -> list[Point]:
-        self._gp_turn = self.gp is not None and self.gp.fitted and not self._gp_turn
         points, scores = self.evolve()
         ranked = self.top_unseen(points, scores, 16 * n)
         stalled = self.stalled()

@@ -160,15 +160,11 @@ class ModelGuidedSearch(PlannedSearch):
         if not points:
             return np.zeros(0)
         X = self.features.points(points)
-        scores = self.surrogate_scores(points, X)
+        scores = self.model.predict(X)
         if not self.rejected or not self.failures.fitted:
             return scores
         doomed = self.failures.success(X) < 0.5
         return np.where(doomed, scores - (np.ptp(scores) + 1.0), scores)
-
-    def surrogate_scores(self, points: list[Point], X: np.ndarray) -> np.ndarray:
-        """The scores a plan ranks `points` by (their feature rows are `X`): the cost model's."""
-        return self.model.predict(X)
 
     def space_filling(self, n: int, draws_per_point: int = 16) -> list[Point]:
         """`n` unseen random points, chosen among many draws to differ in many parameters."""
