@@ -29,9 +29,7 @@ Then:                  tensortune bench strategies --dataset OUT/sketch_conv2d-H
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
-import json
 import os
 import random
 import sys
@@ -41,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_autoschedule import matmul_bias_gelu
+from triton_space import device_name, write_cache
 
 from tensortune.measure import ErrorKind, MeasureResult
 from tensortune.search import SearchStrategy
@@ -162,14 +161,6 @@ def measure(name: str, cpu: bool, seed: int, seconds: float | None, db_path: Pat
             "grid_size": len(configs), "wall_seconds": round(wall, 1), "cache": cache}
 
 
-def device_name(cpu: bool) -> str:
-    if cpu:
-        return "cpu (TRITON_INTERPRET)"
-    import torch
-
-    return torch.cuda.get_device_name().replace(" ", "_")
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", required=True, choices=sorted(GRIDS))
@@ -188,10 +179,7 @@ def main() -> None:
     doc = {"device_name": device, "kernel_name": f"tensortune sketch {opts.workload}", "objective": "time",
            "time_is": "median of the runs, ms", "triton": triton.__version__,
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **result}
-    path = out / f"sketch_{opts.workload}-{short}.json.gz"
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        json.dump(doc, f)
-    print(f"wrote {path}", file=sys.stderr, flush=True)
+    write_cache(out / f"sketch_{opts.workload}-{short}.json.gz", doc)
 
 
 if __name__ == "__main__":

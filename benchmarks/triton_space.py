@@ -146,10 +146,14 @@ def main() -> None:
                "tune_params": {k: list(v) for k, v in grid.items()}, "objective": "time",
                "time_is": "median of the runs, ms", "triton": triton.__version__,
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cache": cache}
-        path = out / f"triton_matmul_{shape}-{short}.json.gz"
-        with gzip.open(path, "wt", encoding="utf-8") as f:
-            json.dump(doc, f)
-        print(f"wrote {path}", file=sys.stderr, flush=True)
+        write_cache(out / f"triton_matmul_{shape}-{short}.json.gz", doc)
+
+
+def write_cache(path: Path, doc: dict) -> None:
+    """Save a Kernel Tuner cache, gzipped (its `cache` entry last, as Kernel Tuner reads it)."""
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(doc, f)
+    print(f"wrote {path}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
