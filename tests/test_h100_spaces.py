@@ -65,3 +65,11 @@ def test_the_sketch_space_script_measures_the_generated_kernels_into_a_cache(tmp
     assert len(ds.results) == 6 and ds.failures == 0  # every grid point the sketch allows, checked and timed
     assert all(r.time > 0 for r in ds.results.values())
     assert (tmp_path / "sketch_conv2d-cpu.db").exists()  # the records the cache was written from
+
+
+def test_the_held_out_split_k_space_loads_without_the_configurations_codegen_rejects():
+    ds = load_kernel_tuner_cache(os.path.join(ROOT, "docs", "benchmarks", "spaces_held_out",
+                                              "sketch_matmul_splitk-H100.json.gz"))
+    assert len(ds.results) == 1784 and ds.failures == 0
+    assert {c["SPLIT_K"] for c in ds.results} == {1, 2, 4, 8, 16}
+    assert not any(c["SPLIT_K"] > 1 and c["TMA_STORE"] for c in ds.results)

@@ -99,6 +99,7 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         "BLOCK_M * BLOCK_N <= num_warps * 32 * 128",
         "BLOCK_M * BLOCK_N >= num_warps * 32 * 4",
         "SPLIT_K == 1 or not PERSISTENT",
+        "SPLIT_K == 1 or not TMA_STORE",  # split-K: a second kernel stores the output, from float32 partial sums
         "EPILOGUE_SPLIT == 1 or (BLOCK_N >= 32 and SPLIT_K == 1)",
         f"SPLIT_K * BLOCK_K <= {max(16, k)}",
     ]
