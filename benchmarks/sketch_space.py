@@ -117,8 +117,8 @@ def plain(value: Any) -> Any:
 
 def cache_entry(r: MeasureResult) -> dict[str, Any]:
     """A Kernel Tuner cache record: the parameter values, then what was measured."""
-    entry: dict[str, Any] = {**{k: plain(v) for k, v in r.config.items()}, "compile_time": round(r.compile_seconds * 1000, 3),
-                             "benchmark_time": round(r.run_seconds * 1000, 3)}
+    entry: dict[str, Any] = {k: plain(v) for k, v in r.config.items()}
+    entry.update(compile_time=round(r.compile_seconds * 1000, 3), benchmark_time=round(r.run_seconds * 1000, 3))
     if r.ok:
         runs_ms = [t * 1000 for t in r.times]
         entry.update(time=r.time * 1000, times=runs_ms[:KEEP_RUNS])
@@ -149,6 +149,7 @@ def measure(name: str, cpu: bool, seed: int, seconds: float | None, db_path: Pat
     timer = None if interpret else CudaTimer(budget_seconds=0.02, warmup_seconds=0.005, min_repeats=10,
                                              max_repeats=200)
     start = time.perf_counter()
+    # autoschedule_cuda measures the sketch's seeds first; those outside the grid are left out below
     budget = Budget(trials=len(configs) + len(sk.seeds), seconds=seconds)
     try:
         autoschedule_cuda(comp, budget=budget, db=str(db_path), strategy=GridOrder(sk.space, configs),
