@@ -4,13 +4,17 @@ The strategies were developed on the six spaces of ../shared/datasets; this scri
 spaces of another kind on our own hardware, which no setting was chosen on: the Triton
 kernels that `autoschedule_cuda` generates from tensor expressions, over a grid of its
 sketch (tile sizes, launch order, warps and stages, and its switches: PERSISTENT, TMA,
-TMA_STORE, EPILOGUE_SPLIT, RELAYOUT), for two workloads of docs/benchmarks/gpu.md and a split-K one:
+TMA_STORE, EPILOGUE_SPLIT, RELAYOUT), for two workloads of docs/benchmarks/gpu.md and three more:
 
   matmul_bias_gelu  float16 4096^3 matmul with bias and GELU fused (four switches)
   conv2d            float16 NCHW convolution 32x64x56x56, 64 filters 3x3, padding 1
                     (three switches)
   matmul_splitk     float16 256x2048x8192 matmul: few output tiles and a long K, so the
                     sketch adds SPLIT_K {1..16} (three switches)
+  batch_matmul      float16 96 x (1024x64 @ 64x1024), attention's scores Q K^T: a short K,
+                    so tiles, warps and the launch matter more than pipelining (two switches)
+  softmax           float16 softmax over the rows of 16384x4096: memory-bound, the rows
+                    sketch (BLOCK_R, BLOCK_C, num_warps, num_stages; no switches)
 
 Every configuration of the grid that the sketch's constraints allow is measured by the
 auto-scheduler's own pipeline (generated, compiled in a pool of processes, checked
@@ -56,6 +60,8 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
                    num_warps=[4, 8], num_stages=[2, 3, 4]),
     "matmul_splitk": dict(BLOCK_M=[32, 64, 128, 256], BLOCK_N=[64, 128, 256], BLOCK_K=[64, 128], GROUP_M=[1, 8],
                         num_warps=[4, 8], num_stages=[3, 4]),
+    "batch_matmul": dict(BLOCK_M=[32, 64, 128, 256], BLOCK_N=[32, 64, 128, 256], GROUP_M=[1, 8]),
+    "softmax": {},
 }
 CPU_GRIDS: dict[str, dict[str, list[Any]]] = {
     "matmul_bias_gelu": dict(BLOCK_M=[16], BLOCK_N=[16, 32], BLOCK_K=[16], GROUP_M=[1], num_warps=[2],
@@ -64,6 +70,9 @@ CPU_GRIDS: dict[str, dict[str, list[Any]]] = {
                    PERSISTENT=[False]),
     "matmul_splitk": dict(BLOCK_M=[16], BLOCK_N=[16, 32], BLOCK_K=[16], GROUP_M=[1], num_warps=[2], num_stages=[2],
                         PERSISTENT=[False], TMA=[False], TMA_STORE=[False]),
+    "batch_matmul": dict(BLOCK_M=[16], BLOCK_N=[16, 32], BLOCK_K=[16], GROUP_M=[1], num_warps=[2], num_stages=[2],
+                         PERSISTENT=[False]),
+    "softmax": dict(BLOCK_R=[1, 2], BLOCK_C=[64], num_warps=[1], num_stages=[1]),
 }
 KEEP_RUNS = 32
 COMPILE_FAILURES = {ErrorKind.COMPILE_ERROR, ErrorKind.OUT_OF_RESOURCES, ErrorKind.INVALID}
@@ -74,6 +83,10 @@ def computation(name: str, cpu: bool) -> Any:
         return matmul_bias_gelu(*((32, 32, 32) if cpu else (4096, 4096, 4096)))
     if name == "matmul_splitk":  # few output tiles and a long K: the sketch adds split-K
         return workloads.matmul(*((16, 32, 2048) if cpu else (256, 2048, 8192)), "float16")
+    if name == "batch_matmul":
+        return workloads.batch_matmul(*((2, 16, 32, 16) if cpu else (96, 1024, 1024, 64)), "float16")
+    if name == "softmax":
+        return workloads.softmax(*((4, 64) if cpu else (16384, 4096)), "float16")
     if name == "conv2d":
         n, c, h, w, k = (2, 8, 6, 6, 8) if cpu else (32, 64, 56, 56, 64)
         return workloads.conv2d_nchw(n, c, h, w, k, 3, 3, 1, 1, "float16")

@@ -42,29 +42,35 @@ def test_the_space_script_writes_a_cache_the_replay_reads(tmp_path):
     assert all(r.time > 0 for r in ds.results.values())
 
 
-SKETCH_SPACES = {"sketch_conv2d-H100": (2448, 0), "sketch_matmul_bias_gelu-H100": (3328, 6)}
+# name: (configurations, failed, its switches)
+SKETCH_SPACES = {"sketch_conv2d-H100": (2448, 0, {"PERSISTENT", "RELAYOUT"}),
+                 "sketch_matmul_bias_gelu-H100": (3328, 6, {"PERSISTENT", "TMA", "TMA_STORE"}),
+                 "sketch_batch_matmul-H100": (3632, 2, {"PERSISTENT"}),  # 2 need more shared memory than the H100 has
+                 "sketch_softmax-H100": (390, 0, set())}
 
 
 @pytest.mark.parametrize("name", sorted(SKETCH_SPACES))
 def test_the_auto_scheduler_sketch_spaces_load_with_switches_as_zero_and_one(name):
     ds = load_kernel_tuner_cache(os.path.join(ROOT, "docs", "benchmarks", "spaces", f"{name}.json.gz"))
-    size, failed = SKETCH_SPACES[name]
+    size, failed, switch_names = SKETCH_SPACES[name]
     assert len(ds.results) == size and ds.failures == failed
-    switches = [p for p in ds.space.params if p.name in ("PERSISTENT", "RELAYOUT", "TMA_STORE")]
-    assert switches and all(set(p.values) <= {0, 1} and all(type(v) is int for v in p.values) for p in switches)
+    switches = [p for p in ds.space.params if len(p.values) == 2 and set(p.values) <= {0, 1}]
+    assert {p.name for p in switches} == switch_names
+    assert all(type(v) is int for p in switches for v in p.values)
     run = replay_run(os.path.join(ROOT, "docs", "benchmarks", "spaces", f"{name}.json.gz"), "auto", 30, seed=1)
     assert run.trials == 30 and 0 < run.score <= 1
 
 
-def test_the_sketch_space_script_measures_the_generated_kernels_into_a_cache(tmp_path):
+@pytest.mark.parametrize("workload, size", [("conv2d", 6), ("softmax", 2)])
+def test_the_sketch_space_script_measures_the_generated_kernels_into_a_cache(tmp_path, workload, size):
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.path.join(ROOT, "src"))
     subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "sketch_space.py"), "--cpu",
-                    "--workload", "conv2d", "--out", str(tmp_path)], check=True, env=env, capture_output=True,
+                    "--workload", workload, "--out", str(tmp_path)], check=True, env=env, capture_output=True,
                    timeout=600)
-    ds = load_kernel_tuner_cache(tmp_path / "sketch_conv2d-cpu.json.gz")
-    assert len(ds.results) == 6 and ds.failures == 0  # every grid point the sketch allows, checked and timed
+    ds = load_kernel_tuner_cache(tmp_path / f"sketch_{workload}-cpu.json.gz")
+    assert len(ds.results) == size and ds.failures == 0  # every grid point the sketch allows, checked and timed
     assert all(r.time > 0 for r in ds.results.values())
-    assert (tmp_path / "sketch_conv2d-cpu.db").exists()  # the records the cache was written from
+    assert (tmp_path / f"sketch_{workload}-cpu.db").exists()  # the records the cache was written from
 
 
 def test_the_held_out_split_k_space_loads_without_the_configurations_codegen_rejects():
