@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import statistics
 
+import time
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -36,10 +38,12 @@ def fake_task(**kw) -> GpuTask:
 # -- timer ------------------------------------------------------------------------------
 
 class FakeClock(_Clock):
-    """A clock where each run of fn advances time by a fixed step (isolates the repeat logic)."""
+    """A clock where each run of fn advances time by a fixed step (isolates the repeat logic);
+    `queues=True` makes it queue work like the CUDA clock, so runs get a lead."""
 
-    def __init__(self, step: float) -> None:
+    def __init__(self, step: float, queues: bool = False) -> None:
         self.now, self.step, self.flushes, self.syncs, self.idles = 0.0, step, 0, 0, []
+        self.queues = queues
 
     def synchronize(self) -> None:
         self.syncs += 1
@@ -94,6 +98,26 @@ def test_cooldown_idles_after_runs_outside_the_timed_window():
     times = CudaTimer(budget_seconds=0.05, warmup_seconds=0.0)._time_with(clock, fn, None, None)
     assert len(times) == 25 and all(t == pytest.approx(1e-3) for t in times)  # half the runs in the budget
     assert clock.idles == [pytest.approx(1e-3)] * 25
+
+
+def test_each_run_gets_a_lead_that_covers_the_host_launching_it():
+    clock = FakeClock(step=1e-3, queues=True)
+
+    def slow_launch():
+        time.sleep(0.002)  # the host takes 2 ms to queue the run
+        clock.now += clock.step
+    timer = CudaTimer(budget_seconds=0.02, warmup_seconds=0.0, cooldown=0, estimate_repeats=3)
+    times = timer._time_with(clock, slow_launch, None, None)
+    assert all(t == pytest.approx(1e-3) for t in times)  # the lead is outside the timed window
+    assert len(clock.idles) == 3 + len(times)  # one lead before every estimate run and every timed run
+    assert len(set(clock.idles)) == 1 and clock.idles[0] >= 3 * 0.002
+
+    fast = FakeClock(step=1e-3, queues=True)
+
+    def fast_launch():
+        fast.now += fast.step
+    timer._time_with(fast, fast_launch, None, None)
+    assert set(fast.idles) == {timer.lead_seconds}  # never less than the floor
 
 
 def test_graph_mode_divides_replays_by_the_batch():

@@ -14,6 +14,14 @@ stream (a Triton kernel, PyTorch operations, CuPy on the legacy default stream).
 `setup` (if given) runs before every run, outside the timed window, before the flush:
 the GPU runner restores arguments the kernel writes there.
 
+Launching is kept out of the timed window too (CUDA clock): before each run the GPU is
+given a lead, a spin of a few times the host's measured time to launch one run (at least
+`lead_seconds`), so that the run's kernels are queued before the start event is reached.
+Without it the events also timed the host's launching whenever it outlasted the flush: on
+an H100, a 30 us split-K matmul (two launches) measured 0.10 ms on every first run and
+0.13 to 0.28 ms on most candidates while 16 compile processes loaded the host
+(docs/benchmarks/gpu_measure.md).
+
 `cooldown` (CUDA clock only): after each timed run the GPU idles, on a spin kernel that
 keeps the launch queue full, for that multiple of the estimated run time (by default as
 long as the run). Long, power-hungry kernels otherwise hold the GPU at its power limit,
@@ -62,6 +70,7 @@ class CudaTimer:
     cuda_graph: bool = False
     graph_batch: int | None = None  # calls per captured graph; None: about 1 ms of work
     cooldown: float = 1.0  # GPU idle after each timed run, as a multiple of the estimated run time
+    lead_seconds: float = 1e-4  # least GPU spin before each run, while the host queues it
     clock: str = "cuda"  # "cuda" (events) or "host" (perf_counter around synchronised runs)
 
     def __post_init__(self) -> None:
@@ -88,40 +97,60 @@ class CudaTimer:
         prepare()
         fn()
         clock.synchronize()
-        estimate_runs = _timed_runs(clock, fn, prepare, max(1, self.estimate_repeats))
+        lead = max(self.lead_seconds, LEAD_FACTOR * _launch_seconds(clock, fn, prepare)) if clock.queues else 0.0
+        estimate_runs = _timed_runs(clock, fn, prepare, max(1, self.estimate_repeats), lead=lead)
         estimate = max(statistics.median(estimate_runs), 1e-9)
         if cutoff is not None and estimate > cutoff:
             return tuple(estimate_runs)
         if self.cuda_graph:
-            return self._time_graph(clock, fn, prepare, estimate)
+            return self._time_graph(clock, fn, prepare, estimate, lead)
         idle = self.cooldown * estimate if clock.cools else 0.0
-        per_run = estimate + idle
+        per_run = estimate + idle + lead
         warmup = min(self.max_repeats, int(self.warmup_seconds / per_run))
         if warmup > 0:
-            _timed_runs(clock, fn, prepare, warmup, idle)
+            _timed_runs(clock, fn, prepare, warmup, idle, lead)
         repeats = int(min(self.max_repeats, max(self.min_repeats, self.budget_seconds / per_run)))
-        return tuple(_timed_runs(clock, fn, prepare, repeats, idle))
+        return tuple(_timed_runs(clock, fn, prepare, repeats, idle, lead))
 
     def _time_graph(self, clock: "_Clock", fn: Callable[[], object], prepare: Callable[[], object],
-                    estimate: float) -> tuple[float, ...]:
+                    estimate: float, lead: float) -> tuple[float, ...]:
         batch = self.graph_batch or max(1, min(1000, int(1e-3 / estimate)))
         replay = clock.capture(fn, batch)
-        replay_estimate = max(statistics.median(_timed_runs(clock, replay, prepare, 3)), 1e-9)
-        warmup = int(self.warmup_seconds / replay_estimate)
+        replay_estimate = max(statistics.median(_timed_runs(clock, replay, prepare, 3, lead=lead)), 1e-9)
+        warmup = int(self.warmup_seconds / (replay_estimate + lead))
         if warmup > 0:
-            _timed_runs(clock, replay, prepare, min(warmup, self.max_repeats))
-        repeats = int(min(self.max_repeats, max(self.min_repeats, self.budget_seconds / replay_estimate)))
-        return tuple(t / batch for t in _timed_runs(clock, replay, prepare, repeats))
+            _timed_runs(clock, replay, prepare, min(warmup, self.max_repeats), lead=lead)
+        repeats = int(min(self.max_repeats, max(self.min_repeats, self.budget_seconds / (replay_estimate + lead))))
+        return tuple(t / batch for t in _timed_runs(clock, replay, prepare, repeats, lead=lead))
+
+
+LEAD_FACTOR = 3.0  # the lead covers this many times the slowest of a few measured launches
 
 
 def _nothing() -> None:
     return None
 
 
+def _launch_seconds(clock: "_Clock", fn: Callable[[], object], prepare: Callable[[], object],
+                    tries: int = 3) -> float:
+    """The host's time to queue one run (its setup, the flush and `fn`), the slowest of `tries`."""
+    slowest = 0.0
+    for _ in range(tries):
+        start = time.perf_counter()
+        prepare()
+        clock.flush()
+        fn()
+        slowest = max(slowest, time.perf_counter() - start)
+    clock.synchronize()
+    return slowest
+
+
 def _timed_runs(clock: "_Clock", fn: Callable[[], object], prepare: Callable[[], object],
-                n: int, idle: float = 0.0) -> list[float]:
+                n: int, idle: float = 0.0, lead: float = 0.0) -> list[float]:
     marks = []
     for _ in range(n):
+        if lead > 0:
+            clock.idle(lead)  # the GPU spins while the host queues the run below
         prepare()
         clock.flush()
         start = clock.mark()
@@ -137,6 +166,7 @@ class _Clock:
     """Where times come from; one per `time()` call."""
 
     cools = True  # whether `cooldown` applies (a GPU's power limit; not the host's)
+    queues = True  # whether work is queued asynchronously, so a run needs a lead (not on the host clock)
 
     def synchronize(self) -> None:
         raise NotImplementedError
@@ -222,6 +252,7 @@ class _HostClock(_Clock):
     """perf_counter around runs; synchronises CUDA when torch has initialised it."""
 
     cools = False
+    queues = False
 
     def __init__(self) -> None:
         import sys
