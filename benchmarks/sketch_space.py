@@ -15,6 +15,8 @@ TMA_STORE, EPILOGUE_SPLIT, RELAYOUT), for two workloads of docs/benchmarks/gpu.m
                     so tiles, warps and the launch matter more than pipelining (two switches)
   softmax           float16 softmax over the rows of 16384x4096: memory-bound, the rows
                     sketch (BLOCK_R, BLOCK_C, num_warps, num_stages; no switches)
+  batch_matmul_pv   float16 96 x (1024x1024 @ 1024x64), attention's output P V: a narrow
+                    N and a long K (two switches)
 
 Every configuration of the grid that the sketch's constraints allow is measured by the
 auto-scheduler's own pipeline (generated, compiled in a pool of processes, checked
@@ -62,6 +64,7 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
                         num_warps=[4, 8], num_stages=[3, 4]),
     "batch_matmul": dict(BLOCK_M=[32, 64, 128, 256], BLOCK_N=[32, 64, 128, 256], GROUP_M=[1, 8]),
     "softmax": {},
+    "batch_matmul_pv": dict(BLOCK_M=[32, 64, 128, 256], BLOCK_K=[32, 64, 128], GROUP_M=[1, 8]),
 }
 CPU_GRIDS: dict[str, dict[str, list[Any]]] = {
     "matmul_bias_gelu": dict(BLOCK_M=[16], BLOCK_N=[16, 32], BLOCK_K=[16], GROUP_M=[1], num_warps=[2],
@@ -73,6 +76,8 @@ CPU_GRIDS: dict[str, dict[str, list[Any]]] = {
     "batch_matmul": dict(BLOCK_M=[16], BLOCK_N=[16, 32], BLOCK_K=[16], GROUP_M=[1], num_warps=[2], num_stages=[2],
                          PERSISTENT=[False]),
     "softmax": dict(BLOCK_R=[1, 2], BLOCK_C=[64], num_warps=[1], num_stages=[1]),
+    "batch_matmul_pv": dict(BLOCK_M=[16], BLOCK_N=[16, 32], BLOCK_K=[16], GROUP_M=[1], num_warps=[2],
+                            num_stages=[2], PERSISTENT=[False], TMA=[False], TMA_STORE=[False]),
 }
 KEEP_RUNS = 32
 COMPILE_FAILURES = {ErrorKind.COMPILE_ERROR, ErrorKind.OUT_OF_RESOURCES, ErrorKind.INVALID}
@@ -85,6 +90,8 @@ def computation(name: str, cpu: bool) -> Any:
         return workloads.matmul(*((16, 32, 2048) if cpu else (256, 2048, 8192)), "float16")
     if name == "batch_matmul":
         return workloads.batch_matmul(*((2, 16, 32, 16) if cpu else (96, 1024, 1024, 64)), "float16")
+    if name == "batch_matmul_pv":
+        return workloads.batch_matmul(*((2, 16, 32, 32) if cpu else (96, 1024, 64, 1024)), "float16")
     if name == "softmax":
         return workloads.softmax(*((4, 64) if cpu else (16384, 4096)), "float16")
     if name == "conv2d":
