@@ -29,6 +29,23 @@ def _env(name):
     return os.environ.get(name)
 
 
+def _niceness(config=None):
+    return os.nice(0)
+
+
+def test_compile_workers_yield_the_host_to_the_timing_process():
+    from tensortune.measure.triton_compile import ParallelCompiler
+
+    expected = min(19, os.nice(0) + 10)
+    with IsolatedWorker(timeout=30) as timing:
+        assert timing.call(_niceness) == os.nice(0)  # the worker that times keeps the priority
+    assert {r.artifact for r in ProcessPoolBuilder(_niceness, jobs=2).build([Config({"a": 1}), Config({"a": 2})])} \
+        == {expected}
+    with ParallelCompiler(_niceness, jobs=1) as compiler:
+        (result,) = compiler.build([Config({"a": 1})])
+        assert result.ok and compiler._workers[0][0].call(_niceness) == expected
+
+
 def test_worker_survives_crash_and_hang():
     with IsolatedWorker(timeout=2, env={"CUDA_VISIBLE_DEVICES": "3"}) as w:
         first = w.call(_pid)

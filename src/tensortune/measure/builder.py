@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from ..space import Config
 from .errors import CandidateError, ErrorKind
 from .result import BuildResult
-from .worker import classify_exception
+from .worker import classify_exception, lower_priority
 
 
 class Builder(Protocol):
@@ -51,15 +51,6 @@ def _timed_build(build: Callable[[Config], Any], config: Config) -> tuple[str, A
         return ("error", (kind.value, f"{type(exc).__name__}: {exc}"), time.perf_counter() - start)
 
 
-def _yield_cpu() -> None:
-    """Build workers run at a lower priority, so the process timing candidates on the same
-    host is not kept waiting by compilers (a waiting launch is a slower-looking kernel)."""
-    try:
-        os.nice(10)
-    except OSError:  # not permitted here: build at the normal priority
-        pass
-
-
 class ProcessPoolBuilder:
     """Builds candidates in parallel processes with a per-candidate timeout."""
 
@@ -73,7 +64,7 @@ class ProcessPoolBuilder:
 
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.jobs, mp_context=self._ctx, initializer=_yield_cpu)
+            self._pool = cf.ProcessPoolExecutor(self.jobs, mp_context=self._ctx, initializer=lower_priority)
         return self._pool
 
     def build(self, configs: Sequence[Config]) -> list[BuildResult]:

@@ -44,7 +44,7 @@ from .errors import CandidateError, ErrorKind
 from .gpu.args import TensorArg
 from .gpu.task import resolve
 from .result import BuildResult
-from .worker import IsolatedWorker, classify_exception, worker_state
+from .worker import BUILD_NICENESS, IsolatedWorker, classify_exception, worker_state
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,8 @@ class ParallelCompiler:
         if not configs:
             return
         while len(self._workers) < min(self.jobs, len(configs)):
-            self._workers.append((IsolatedWorker(timeout=self.startup_timeout, env=self.env), [False]))
+            self._workers.append((IsolatedWorker(timeout=self.startup_timeout, env=self.env,
+                                                 niceness=BUILD_NICENESS), [False]))
         todo: queue.Queue[Config | None] = queue.Queue()
         for c in configs:
             todo.put(c)
