@@ -1,5 +1,6 @@
-"""Every strategy on the matmul spaces we measured exhaustively on an H100 (in the repository,
-docs/benchmarks/spaces): real times and real failures, replayed, so CI checks them too."""
+"""Every strategy on the spaces we measured exhaustively on an H100 (in the repository,
+docs/benchmarks/spaces: hand-written Triton matmuls and the auto-scheduler's sketches): real
+times and real failures, replayed, so CI checks them too."""
 
 import gzip
 import json
