@@ -4,7 +4,7 @@ The strategies were developed on the six spaces of ../shared/datasets; this scri
 spaces of another kind on our own hardware, which no setting was chosen on: the Triton
 kernels that `autoschedule_cuda` generates from tensor expressions, over a grid of its
 sketch (tile sizes, launch order, warps and stages, and its switches: PERSISTENT, TMA,
-TMA_STORE, EPILOGUE_SPLIT, RELAYOUT), for two workloads of docs/benchmarks/gpu.md and three more:
+TMA_STORE, EPILOGUE_SPLIT, RELAYOUT), for two workloads of docs/benchmarks/gpu.md and six more:
 
   matmul_bias_gelu  float16 4096^3 matmul with bias and GELU fused (four switches)
   conv2d            float16 NCHW convolution 32x64x56x56, 64 filters 3x3, padding 1
@@ -17,6 +17,11 @@ TMA_STORE, EPILOGUE_SPLIT, RELAYOUT), for two workloads of docs/benchmarks/gpu.m
                     sketch (BLOCK_R, BLOCK_C, num_warps, num_stages; no switches)
   batch_matmul_pv   float16 96 x (1024x1024 @ 1024x64), attention's output P V: a narrow
                     N and a long K (two switches)
+  conv2d_deep       float16 NCHW convolution 32x256x14x14, 256 filters 3x3, padding 1: a
+                    long K (2,304) over few output tiles, so the sketch adds split-K to a
+                    convolution (three switches)
+  matmul_relu_tall  float16 16384x1024x4096 matmul with bias and ReLU fused: tall and
+                    narrow (four switches)
 
 Every configuration of the grid that the sketch's constraints allow is measured by the
 auto-scheduler's own pipeline (generated, compiled in a pool of processes, checked
@@ -65,6 +70,10 @@ GRIDS: dict[str, dict[str, list[Any]]] = {
     "batch_matmul": dict(BLOCK_M=[32, 64, 128, 256], BLOCK_N=[32, 64, 128, 256], GROUP_M=[1, 8]),
     "softmax": {},
     "batch_matmul_pv": dict(BLOCK_M=[32, 64, 128, 256], BLOCK_K=[32, 64, 128], GROUP_M=[1, 8]),
+    "conv2d_deep": dict(BLOCK_M=[32, 64, 128], BLOCK_N=[64, 128, 256], BLOCK_K=[32, 64], GROUP_M=[1, 8],
+                        num_warps=[4, 8], num_stages=[2, 3, 4], SPLIT_K=[1, 2, 4]),
+    "matmul_relu_tall": dict(BLOCK_M=[64, 128, 256], BLOCK_N=[64, 128, 256], BLOCK_K=[32, 64, 128], GROUP_M=[1, 8],
+                             num_warps=[4, 8], num_stages=[2, 3, 4, 5]),
 }
 CPU_GRIDS: dict[str, dict[str, list[Any]]] = {
     "matmul_bias_gelu": dict(BLOCK_M=[16], BLOCK_N=[16, 32], BLOCK_K=[16], GROUP_M=[1], num_warps=[2],
@@ -78,6 +87,10 @@ CPU_GRIDS: dict[str, dict[str, list[Any]]] = {
     "softmax": dict(BLOCK_R=[1, 2], BLOCK_C=[64], num_warps=[1], num_stages=[1]),
     "batch_matmul_pv": dict(BLOCK_M=[16], BLOCK_N=[16, 32], BLOCK_K=[16], GROUP_M=[1], num_warps=[2],
                             num_stages=[2], PERSISTENT=[False], TMA=[False], TMA_STORE=[False]),
+    "conv2d_deep": dict(BLOCK_M=[16], BLOCK_N=[16, 32], BLOCK_K=[16], GROUP_M=[1], num_warps=[2], num_stages=[2],
+                        PERSISTENT=[False]),
+    "matmul_relu_tall": dict(BLOCK_M=[16], BLOCK_N=[16, 32], BLOCK_K=[16], GROUP_M=[1], num_warps=[2],
+                             num_stages=[2], PERSISTENT=[False], TMA=[False], TMA_STORE=[False]),
 }
 KEEP_RUNS = 32
 COMPILE_FAILURES = {ErrorKind.COMPILE_ERROR, ErrorKind.OUT_OF_RESOURCES, ErrorKind.INVALID}
@@ -97,6 +110,11 @@ def computation(name: str, cpu: bool) -> Any:
     if name == "conv2d":
         n, c, h, w, k = (2, 8, 6, 6, 8) if cpu else (32, 64, 56, 56, 64)
         return workloads.conv2d_nchw(n, c, h, w, k, 3, 3, 1, 1, "float16")
+    if name == "conv2d_deep":  # K = 256 * 3 * 3 = 2,304 over 98 tiles of 128x128: split-K applies
+        n, c, h, w, k = (2, 8, 4, 4, 8) if cpu else (32, 256, 14, 14, 256)
+        return workloads.conv2d_nchw(n, c, h, w, k, 3, 3, 1, 1, "float16")
+    if name == "matmul_relu_tall":
+        return workloads.matmul_bias_relu(*((64, 32, 32) if cpu else (16384, 1024, 4096)), "float16")
     raise SystemExit(f"unknown workload {name!r}; choose one of {', '.join(GRIDS)}")
 
 
