@@ -1,3 +1,7 @@
+import os
+import time
+import uuid
+
 import numpy as np
 import pytest
 
@@ -74,3 +78,38 @@ def test_every_failure_kind_is_recorded_and_tuning_goes_on(tmp_path):
     assert results[0].ok and results[0].time > 0 and len(results[0].times) >= 3
     assert "signal" in results[1].message
     assert results[-1].ok  # the worker came back after the crash and the hang
+
+
+def _processes_mentioning(marker):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_a_compile_past_its_timeout_ends_the_whole_compiler(tmp_path):
+    fifo = tmp_path / "never-written"
+    os.mkfifo(fifo)  # the preprocessor blocks opening it: a compile that never ends
+    marker = f"tt{uuid.uuid4().hex}"
+    with pytest.raises(CandidateError) as err:
+        CCompiler(cache_dir=tmp_path, timeout=2).compile(f'#include "{fifo}"\n', {"MARK": marker})
+    assert err.value.kind is ErrorKind.TIMEOUT
+    deadline = time.monotonic() + 30
+    while _processes_mentioning(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_mentioning(marker) == [], "the compiler's cc1 outlived the timeout"
+
+
+def test_builder_timeout_is_the_compilers(tmp_path):
+    b = CBuilder(problem(), CCompiler(cache_dir=tmp_path), timeout=7)
+    try:
+        compiler = b.build_fn.args[0]
+        assert compiler.timeout == 7 and compiler.cache_dir == tmp_path
+        assert b.timeout > compiler.timeout  # the pool's limit is only a backstop
+    finally:
+        b.close()

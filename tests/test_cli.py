@@ -80,3 +80,41 @@ def test_demo_tunes_then_answers_from_the_database(tmp_path):
     assert second["best_config"] == report["best_config"]
     table = runner.invoke(cli, ["demo", "--size", "96", "--db", str(path)])
     assert "Answered from the database" in table.output
+
+
+def test_bad_arguments_and_files_are_messages_not_tracebacks(tmp_path):
+    path = tmp_path / "a.db"
+    seeded_db(path)
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(bytes(range(256)) * 4)
+    cases = [
+        (["db", "best", "my", "-k", "0"], "0 is not in the range"),
+        (["db", "show", "my", "--limit", "-1"], "-1 is not in the range"),
+        (["db", "export", str(tmp_path / "no" / "such" / "r.jsonl")], "cannot write"),
+        (["db", "import", str(binary)], "binary.jsonl: not a JSON-lines file"),
+        (["demo", "--size", "0"], "'--size': 0 is not in the range"),
+        (["demo", "--seconds", "0"], "'--seconds': 0.0 is not in the range"),
+        (["demo", "--trials", "0"], "'--trials': 0 is not in the range"),
+        (["demo", "--strategy", "nope"], "unknown strategy 'nope'"),
+        (["bench", "model", "--dataset", str(binary)], "binary.jsonl: not a readable Kernel Tuner cache"),
+        (["bench", "strategies", "--dataset", str(binary)], "binary.jsonl: not a readable Kernel Tuner cache"),
+    ]
+    for args, message in cases:
+        out = CliRunner().invoke(cli, ["--db", str(path)] + args)
+        assert out.exit_code != 0 and message in out.output, (args, out.output)
+        assert not isinstance(out.exception, Exception) or isinstance(out.exception, SystemExit), (args, out.exception)
+
+
+def test_a_damaged_record_is_a_message_in_every_db_command(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "a.db"
+    seeded_db(path)
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE records SET times_json='[' WHERE id=2")
+    conn.commit()
+    conn.close()
+    for args in (["db", "show", "1"], ["db", "best", "1"], ["db", "export", str(tmp_path / "r.jsonl")]):
+        out = CliRunner().invoke(cli, ["--db", str(path)] + args)
+        assert out.exit_code == 1 and "record 2 is damaged" in out.output, (args, out.output)
+        assert isinstance(out.exception, SystemExit), (args, out.exception)

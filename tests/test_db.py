@@ -1,5 +1,7 @@
 import json
 import multiprocessing as mp
+import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -75,6 +77,84 @@ def test_unusable_path_is_a_clear_error(tmp_path):
         Database(blocker / "sub" / "t.db")
     with pytest.raises(DatabaseError, match="is a directory"):
         Database(tmp_path)
+
+
+def _filled(path, n=200):
+    with Database(path) as db:
+        for i in range(n):
+            db.add(W, T, MeasureResult(Config(a=i, pad="x" * 200), (1e-3 + i * 1e-6,)))
+    return path
+
+
+def test_truncated_file_is_a_clear_error_and_untouched(tmp_path):
+    path = _filled(tmp_path / "t.db")
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+    before = path.read_bytes()
+    with pytest.raises(DatabaseError, match="t.db"):
+        Database(path).records(W, T)
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("column, value", [("config_json", "not json"), ("times_json", "[1,"),
+                                           ("error", "no_such_kind"), ("extra_json", "{")])
+def test_a_damaged_record_is_named(tmp_path, column, value):
+    path = _filled(tmp_path / "t.db", 5)
+    conn = sqlite3.connect(path)
+    conn.execute(f"UPDATE records SET {column}=? WHERE id=3", (value,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(DatabaseError, match=r"t.db: record 3 is damaged"):
+        Database(path).records(W, T)
+    with pytest.raises(DatabaseError, match="record 3"):
+        list(Database(path).all_records())
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("UPDATE meta SET value='abc' WHERE key='schema_version'", "schema version 'abc'"),
+    ("DELETE FROM meta", "no schema version"),
+    ("DROP TABLE sessions", r"lacks the table\(s\) \['sessions'\]"),
+])
+def test_a_damaged_schema_is_named_and_left_untouched(tmp_path, damage, message):
+    path = tmp_path / "t.db"
+    Database(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute(damage)
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(DatabaseError, match=message):
+        Database(path)
+    assert path.read_bytes() == before
+
+
+@pytest.fixture
+def read_only(tmp_path):
+    """Makes files read-only, for root too (chattr +i) where the file system allows."""
+    made = []
+
+    def make(path):
+        path.chmod(0o444)
+        if os.geteuid() == 0:
+            if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)]).returncode:
+                pytest.skip("running as root without chattr +i: files cannot be made read-only")
+            made.append(path)
+        return path
+
+    yield make
+    for path in made:
+        subprocess.run(["chattr", "-i", str(path)])
+
+
+def test_a_read_only_database_can_be_read_and_a_write_is_a_clear_error(tmp_path, read_only):
+    path = _filled(tmp_path / "t.db", 3)
+    read_only(path)
+    db = Database(path)
+    assert len(db.records(W, T)) == 3 and db.best(W, T).config["a"] == 0
+    assert db.records(Workload.make("never", "seen"), T) == []
+    assert db.finished_sessions(W, T) == 0
+    with pytest.raises(DatabaseError, match="t.db.*readonly"):
+        db.add(W, T, MeasureResult(Config(a=9), (1.0,)))
 
 
 def test_newer_schema_is_refused(tmp_path):

@@ -104,3 +104,42 @@ def test_process_pool_builder_isolates_failures_and_hangs():
         assert b.build([Config(x=5)])[0].artifact == 50  # the pool came back
     finally:
         b.close()
+
+
+ORPHANS = """
+import os, signal
+from tensortune.measure.builder import ProcessPoolBuilder
+from tensortune.space import Config
+
+def pid_of(config):
+    return os.getpid()
+
+if __name__ == "__main__":
+    b = ProcessPoolBuilder(pid_of, jobs=2)
+    print(" ".join(str(r.artifact) for r in b.build([Config(x=i) for i in range(4)])), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_build_processes_end_when_the_tuning_process_is_killed(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "orphans.py"
+    script.write_text(ORPHANS)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == -9, out.stderr
+    pids = {int(p) for p in out.stdout.split()}
+    assert pids and os.getpid() not in pids
+    deadline = time.monotonic() + 60
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_running(p) for p in pids), "build processes outlived the process that started them"

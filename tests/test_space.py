@@ -116,6 +116,15 @@ def test_parameter_kinds():
         ({"a": [1, 2]}, [lambda zzz, a: True], "unknown parameter(s) ['zzz']"),
         ({"A, B": [(1,)]}, [], "has 1 entries for 2 names"),
         ({"1x": [1]}, [], "not a valid identifier"),
+        ({"a": 5}, [], "values must be a list of choices, got 5"),
+        ({"a": None}, [], "values must be a list of choices, got None"),
+        ({"order": "ijk"}, [], "values must be a list of choices, got 'ijk'"),
+        ({1: [1, 2]}, [], "parameter name 1 is not a string"),
+        ({"A, B": [1, 2]}, [], "value 1 is not a tuple"),
+        ({"a": [1, 2]}, ["False"], "['False'] reject every"),
+        ({"a": [frozenset({"x", "y"}), frozenset({"z"})]}, [], "a set has no fixed order"),
+        ({"a": [object()]}, [], "value <object object"),
+        ({"a": [[1, 2], (1, 2)]}, [], "duplicate values"),
     ],
 )
 def test_invalid_spaces_name_the_culprit(params, constraints, message):
@@ -148,3 +157,20 @@ def test_config_is_immutable_hashable_and_stable():
 def test_callable_constraint_over_whole_config():
     s = Space({"a": [1, 2, 3]}, constraints=[lambda cfg: cfg["a"] != 2])
     assert [c["a"] for c in s] == [1, 3]
+
+
+@pytest.mark.parametrize("values", [[[1, 2], [3, 4]], [{"x": [1, 2]}, {"x": [3]}], [np.int64(1), np.int64(2)]])
+def test_values_are_found_again_as_configurations_and_records_give_them_back(values, tmp_path):
+    from tensortune.db import Database, Target, Workload
+    from tensortune.measure import MeasureResult
+
+    s = Space({"a": values, "b": [1, 2]})
+    cfg = s.sample(1, seed=0)[0]
+    assert cfg in s and s.neighbours(cfg)
+    db = Database(tmp_path / "t.db")
+    w, t = Workload.make("k"), Target.make("cpu", "x")
+    for c in s:
+        db.add(w, t, MeasureResult(c, (1e-3,)))
+    stored = [r.config for r in Database(tmp_path / "t.db").records(w, t)]
+    assert all(c in s for c in stored)
+    assert {s.to_point(c) for c in stored} == {s.to_point(c) for c in s}

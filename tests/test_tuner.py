@@ -89,6 +89,16 @@ def test_budget_validation():
         Budget(trials=0)
     with pytest.raises(ValueError, match="needs"):
         Budget()
+    with pytest.raises(ValueError, match="seconds must be a number, got nan"):
+        Budget.of(float("nan"))
+    with pytest.raises(ValueError, match="trials must be a whole number, got 2.5"):
+        Budget(trials=2.5)
+    for wrong in ("10", True, [5]):
+        with pytest.raises(ValueError, match="a budget is a number of trials"):
+            Budget.of(wrong)
+    with pytest.raises(ValueError, match=r"unknown budget key\(s\) \['trails'\]"):
+        Budget.of({"trails": 5})
+    assert Budget.of(5) == Budget(trials=5) and Budget.of(2.5) == Budget(seconds=2.5)
 
 
 def test_callbacks_see_every_result():

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,13 @@ class Budget:
     def __post_init__(self) -> None:
         if self.trials is None and self.seconds is None:
             raise ValueError("a budget needs trials, seconds, or both")
+        for name in ("trials", "free_rejections"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)):
+                raise ValueError(f"budget {name} must be a whole number, got {value!r}")
+        if self.seconds is not None and (isinstance(self.seconds, bool) or not isinstance(self.seconds, numbers.Real)
+                                         or math.isnan(self.seconds)):
+            raise ValueError(f"budget seconds must be a number, got {self.seconds!r}")
         if self.trials is not None and self.trials < 1:
             raise ValueError(f"budget trials must be at least 1, got {self.trials}")
         if self.seconds is not None and self.seconds <= 0:
@@ -73,10 +81,16 @@ class Budget:
         if isinstance(value, Budget):
             return value
         if isinstance(value, dict):
+            unknown = sorted(set(value) - {"trials", "seconds", "free_rejections"})
+            if unknown:
+                raise ValueError(f"unknown budget key(s) {unknown}; known: trials, seconds, free_rejections")
             return Budget(**value)
-        if isinstance(value, int):
-            return Budget(trials=value)
-        return Budget(seconds=float(value))
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return Budget(trials=int(value))
+        if isinstance(value, numbers.Real) and not isinstance(value, bool):
+            return Budget(seconds=float(value))
+        raise ValueError(f"a budget is a number of trials (int), of seconds (float), a dict or a Budget; "
+                         f"got {value!r}")
 
 
 @dataclass(frozen=True)

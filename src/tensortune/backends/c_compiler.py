@@ -8,10 +8,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -82,12 +84,7 @@ class CCompiler:
             src.write_text(source)
             out = Path(tmp) / "kernel.so"
             cmd = [self.cc, *self.flags, *extra_flags, *define_flags(defines), str(src), "-o", str(out), "-lm"]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
-            except subprocess.TimeoutExpired:
-                raise CandidateError(ErrorKind.TIMEOUT, f"compiler ran past {self.timeout:.0f} s") from None
-            except OSError as exc:
-                raise CandidateError(ErrorKind.COMPILE_ERROR, f"cannot run {self.cc!r}: {exc}") from exc
+            proc = _run_bounded(cmd, self.timeout, self.cc)
             if proc.returncode != 0:
                 raise CandidateError(ErrorKind.COMPILE_ERROR,
                                      f"{' '.join(cmd[:1] + define_flags(defines))} failed:\n{proc.stderr[-3000:]}")
@@ -96,6 +93,26 @@ class CCompiler:
             shutil.copyfile(out, staged)
             os.replace(staged, target)  # atomic: concurrent builders never see half a file
         return target
+
+
+def _run_bounded(cmd: list[str], timeout: float, cc: str) -> subprocess.CompletedProcess[str]:
+    """Run the compiler in its own process group, so that a timeout ends the whole group
+    (the driver's cc1, as, ld), not only the driver."""
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+    except OSError as exc:
+        raise CandidateError(ErrorKind.COMPILE_ERROR, f"cannot run {cc!r}: {exc}") from exc
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException as exc:  # a timeout, or this process interrupted: end the group
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise CandidateError(ErrorKind.TIMEOUT, f"compiler ran past {timeout:.0f} s") from None
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def load_function(library: str | os.PathLike[str], name: str, argtypes: Sequence[str],

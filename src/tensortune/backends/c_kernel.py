@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -82,13 +83,24 @@ def _compile(compiler: CCompiler, problem: CProblem, config: Config) -> str:
     return str(compiler.compile(problem.source, dict(config), problem.flags))
 
 
+POOL_GRACE_SECONDS = 30.0
+
+
 class CBuilder(ProcessPoolBuilder):
-    """Compiles each configuration's -D variant of the source, in parallel."""
+    """Compiles each configuration's -D variant of the source, in parallel.
+
+    `timeout` (default: the compiler's) bounds each compilation; the compiler enforces it
+    and ends its whole process group, and the pool's own limit, a grace period later, is
+    only a backstop (killing a pool process would leave its compiler running).
+    """
 
     def __init__(self, problem: CProblem, compiler: CCompiler | None = None, jobs: int | None = None,
-                 timeout: float = 120.0) -> None:
-        compiler = compiler or CCompiler(timeout=timeout)
-        super().__init__(functools.partial(_compile, compiler, problem), jobs=jobs, timeout=timeout)
+                 timeout: float | None = None) -> None:
+        compiler = compiler or CCompiler()
+        if timeout is not None:
+            compiler = dataclasses.replace(compiler, timeout=timeout)
+        super().__init__(functools.partial(_compile, compiler, problem), jobs=jobs,
+                         timeout=compiler.timeout + POOL_GRACE_SECONDS)
 
 
 def run_c_candidate(library: str, problem: CProblem, timer: Timer, check_seed: int) -> tuple[float, ...]:

@@ -48,6 +48,19 @@ def _dataset_paths(datasets: tuple[str, ...]) -> list[str]:
     return paths
 
 
+def _readable_datasets(paths: list[str]) -> list[str]:
+    """The paths, once each has been read as a Kernel Tuner cache (before hours of runs)."""
+    from ..datasets import load_kernel_tuner_cache
+
+    for p in paths:
+        try:
+            load_kernel_tuner_cache(p)
+        except ValueError as exc:
+            text = str(exc) if p in str(exc) else f"{p}: not a readable Kernel Tuner cache ({exc})"
+            raise click.BadParameter(text, param_hint="--dataset") from None
+    return paths
+
+
 @click.group("bench")
 def bench_group() -> None:
     """Benchmarks on replayed measured spaces (Kernel Tuner caches)."""
@@ -85,7 +98,7 @@ def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: 
     from ..bench.replay import mean_over_datasets, run_many, summarize
     from ..search import strategy_names
 
-    paths = _dataset_paths(datasets + more)
+    paths = _readable_datasets(_dataset_paths(datasets + more))
     budget_list = _int_list(budgets)
     names: list[str] = []
     reps: dict[str, int] = {}
@@ -195,7 +208,7 @@ def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction
     params = XGBParams(objective=objective) if max_depth is None else \
         XGBParams(objective=objective, max_depth=max_depth)
     results = {}
-    for path in _dataset_paths(datasets + more):
+    for path in _readable_datasets(_dataset_paths(datasets + more)):
         q = evaluate_model(path, train_fraction, splits, members=members, params=params)
         results[q.dataset] = q.to_json()
     if len(results) > 1:

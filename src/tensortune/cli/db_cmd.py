@@ -51,7 +51,7 @@ def db_list(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
 @db_group.command("show")
 @click.argument("workload")
 @db_option
-@click.option("--limit", default=50, show_default=True, help="Rows to show.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Rows to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def db_show(ctx: click.Context, workload: str, db_path: str | None, limit: int, as_json: bool) -> None:
@@ -75,7 +75,8 @@ def db_show(ctx: click.Context, workload: str, db_path: str | None, limit: int, 
 @db_group.command("best")
 @click.argument("workload")
 @db_option
-@click.option("-k", "top", default=1, show_default=True, help="How many of the fastest to show.")
+@click.option("-k", "top", type=click.IntRange(min=1), default=1, show_default=True,
+              help="How many of the fastest to show.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def db_best(ctx: click.Context, workload: str, db_path: str | None, top: int, as_json: bool) -> None:
@@ -101,7 +102,10 @@ def db_best(ctx: click.Context, workload: str, db_path: str | None, top: int, as
 def db_export(ctx: click.Context, file: str, db_path: str | None, workload: str | None) -> None:
     """Write records to FILE as JSON lines (to ship tuned results with a package)."""
     db = open_database(ctx, db_path)
-    n = export_jsonl(db, file, workload)
+    try:
+        n = export_jsonl(db, file, workload)
+    except DatabaseError as exc:
+        raise click.ClickException(str(exc)) from exc
     click.echo(f"exported {n} records to {file}")
 
 

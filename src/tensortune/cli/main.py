@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import click
 
+from ..db import DatabaseError
 from .bench_cmd import bench_group
 from .db_cmd import db_group
 from .demo_cmd import demo
 from .triton_cmd import triton_group
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """A database that turns out unusable part-way (a damaged record, a read-only file) is
+    a message, not a traceback, in every subcommand."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except DatabaseError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
               help="Records database (default: $TENSORTUNE_DB or ~/.cache/tensortune/tuning.db).")
 @click.version_option(package_name="tensortune")

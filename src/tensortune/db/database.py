@@ -57,6 +57,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     finished_at REAL, status TEXT NOT NULL);
 """
 
+TABLES = frozenset({"meta", "workloads", "targets", "records", "sessions"})
+
 # Each entry upgrades a database from version k to k + 1.
 MIGRATIONS: dict[int, str] = {}
 
@@ -88,6 +90,7 @@ class Database:
                 raise DatabaseError(f"cannot create the folder for database {where}: {exc}") from exc
             if self.path.is_dir():
                 raise DatabaseError(f"database path {where} is a directory")
+        existed = where == ":memory:" or self.path.exists()
         try:
             conn = sqlite3.connect(where, timeout=60, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout = 60000")
@@ -95,12 +98,17 @@ class Database:
             if tables and "meta" not in tables:
                 raise DatabaseError(f"{where} is an SQLite file but not a tensortune database "
                                     f"(tables: {sorted(tables)}); it was left untouched")
+            if tables and not TABLES <= tables:
+                raise DatabaseError(f"{where} lacks the table(s) {sorted(TABLES - tables)} of a tensortune "
+                                    "database (damaged, or made by something else); it was left untouched")
             if where != ":memory:":
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             self._init_schema(conn, fresh=not tables)
         except sqlite3.DatabaseError as exc:
-            raise DatabaseError(f"cannot use database {where}: {exc} (is it corrupt or "
+            if not existed:
+                raise DatabaseError(f"cannot create database {where}: {exc} (is its folder writable?)") from exc
+            raise DatabaseError(f"cannot use database {where}: {exc} (is it corrupt, or it or its folder "
                                 f"unwritable? it was left untouched)") from exc
         return conn
 
@@ -116,7 +124,12 @@ class Database:
                 conn.execute("ROLLBACK")
                 raise
         row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        version = int(row[0]) if row else 0
+        try:
+            version = int(row[0])
+        except (TypeError, ValueError):
+            found = "no schema version" if row is None else f"schema version {row[0]!r}"
+            raise DatabaseError(f"{self.path} has {found}: damaged, or not a tensortune database; "
+                                "it was left untouched") from None
         if version > SCHEMA_VERSION:
             raise DatabaseError(f"{self.path} has schema version {version}, newer than this "
                                 f"tensortune understands ({SCHEMA_VERSION}); upgrade tensortune")
@@ -149,22 +162,34 @@ class Database:
                 raise DatabaseError(f"cannot write to database {self.path}: {exc}") from exc
 
     # ---- ids ---------------------------------------------------------------------------
-    def _workload_id(self, w: Workload) -> int:
-        if w not in self._ids:
-            self._write("INSERT OR IGNORE INTO workloads (name, source_hash, key_json) VALUES (?,?,?)",
-                        (w.name, w.source_hash, w.key_json))
-            self._ids[w] = self._query("SELECT id FROM workloads WHERE name=? AND source_hash=? AND key_json=?",
-                                       (w.name, w.source_hash, w.key_json))[0][0]
-        return self._ids[w]
+    _ABSENT = -1  # the id a workload or target not yet in the file reads as: no row matches it
 
-    def _target_id(self, t: Target) -> int:
-        if t not in self._ids:
-            self._write("INSERT OR IGNORE INTO targets (kind, device, arch, versions_json) VALUES (?,?,?,?)",
-                        (t.kind, t.device, t.arch, t.versions_json))
-            self._ids[t] = self._query(
-                "SELECT id FROM targets WHERE kind=? AND device=? AND arch=? AND versions_json=?",
-                (t.kind, t.device, t.arch, t.versions_json))[0][0]
-        return self._ids[t]
+    def _id(self, key: Workload | Target, create: bool) -> int:
+        """The row id of a workload or target; reading never writes, so a read-only file
+        can be read."""
+        if key not in self._ids:
+            if isinstance(key, Workload):
+                table, cols, vals = "workloads", ("name", "source_hash", "key_json"), \
+                    (key.name, key.source_hash, key.key_json)
+            else:
+                table, cols, vals = "targets", ("kind", "device", "arch", "versions_json"), \
+                    (key.kind, key.device, key.arch, key.versions_json)
+            select = f"SELECT id FROM {table} WHERE " + " AND ".join(f"{c}=?" for c in cols)
+            rows = self._query(select, vals)
+            if not rows and not create:
+                return self._ABSENT
+            if not rows:
+                self._write(f"INSERT OR IGNORE INTO {table} ({', '.join(cols)}) VALUES "
+                            f"({','.join('?' * len(cols))})", vals)
+                rows = self._query(select, vals)
+            self._ids[key] = rows[0][0]
+        return self._ids[key]
+
+    def _workload_id(self, w: Workload, create: bool = True) -> int:
+        return self._id(w, create)
+
+    def _target_id(self, t: Target, create: bool = True) -> int:
+        return self._id(t, create)
 
     # ---- writing -------------------------------------------------------------------------
     def add(self, workload: Workload, target: Target, result: MeasureResult,
@@ -201,20 +226,23 @@ class Database:
     def finished_sessions(self, workload: Workload, target: Target) -> int:
         return self._query(
             "SELECT COUNT(*) FROM sessions WHERE workload_id=? AND target_id=? AND status='finished'",
-            (self._workload_id(workload), self._target_id(target)))[0][0]
+            (self._workload_id(workload, create=False), self._target_id(target, create=False)))[0][0]
 
     # ---- reading -------------------------------------------------------------------------
     _COLUMNS = ("w.name, w.source_hash, w.key_json, t.kind, t.device, t.arch, t.versions_json, "
                 "r.config_json, r.times_json, r.error, r.message, r.compile_seconds, r.run_seconds, "
-                "r.strategy, r.session, r.created_at, r.extra_json")
+                "r.strategy, r.session, r.created_at, r.extra_json, r.id")
     _FROM = " FROM records r JOIN workloads w ON r.workload_id=w.id JOIN targets t ON r.target_id=t.id"
 
-    @staticmethod
-    def _row(r: tuple[Any, ...]) -> Record:
-        return Record(Workload(r[0], r[1], r[2]), Target(r[3], r[4], r[5], r[6]),
-                      Config.from_json(r[7]), tuple(json.loads(r[8])),
-                      ErrorKind(r[9]) if r[9] else None, r[10], r[11], r[12], r[13], r[14], r[15],
-                      json.loads(r[16]))
+    def _row(self, r: tuple[Any, ...]) -> Record:
+        try:
+            return Record(Workload(r[0], r[1], r[2]), Target(r[3], r[4], r[5], r[6]),
+                          Config.from_json(r[7]), tuple(json.loads(r[8])),
+                          ErrorKind(r[9]) if r[9] else None, r[10], r[11], r[12], r[13], r[14], r[15],
+                          json.loads(r[16]))
+        except (ValueError, TypeError) as exc:
+            raise DatabaseError(f"database {self.path}: record {r[17]} is damaged ({type(exc).__name__}: "
+                                f"{exc}); the file was left untouched") from exc
 
     def _select(self, where: str, args: tuple[Any, ...], tail: str = "") -> list[Record]:
         rows = self._query(f"SELECT {self._COLUMNS}{self._FROM} WHERE {where} {tail}", args)
@@ -222,8 +250,9 @@ class Database:
 
     def _scope(self, workload: Workload, target: Target | None) -> tuple[str, tuple[Any, ...]]:
         if target is None:
-            return "r.workload_id=?", (self._workload_id(workload),)
-        return "r.workload_id=? AND r.target_id=?", (self._workload_id(workload), self._target_id(target))
+            return "r.workload_id=?", (self._workload_id(workload, create=False),)
+        return "r.workload_id=? AND r.target_id=?", (self._workload_id(workload, create=False),
+                                                     self._target_id(target, create=False))
 
     def records(self, workload: Workload, target: Target | None = None) -> list[Record]:
         """Every record of a workload (on one target, or all), oldest first."""

@@ -21,7 +21,11 @@ from .records import Record
 def export_jsonl(db: Database, path: str | os.PathLike[str], workload_prefix: str | None = None) -> int:
     """Write every record (or those of matching workloads) as one JSON object per line."""
     n = 0
-    with open(path, "w", encoding="utf-8") as f:
+    try:
+        f = open(path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise DatabaseError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    with f:
         for rec in db.all_records():
             if workload_prefix and not rec.workload.id_text.startswith(workload_prefix):
                 continue
@@ -31,14 +35,20 @@ def export_jsonl(db: Database, path: str | os.PathLike[str], workload_prefix: st
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> Iterator[Record]:
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield Record.from_json(json.loads(line))
-            except (ValueError, KeyError, TypeError) as exc:
-                raise DatabaseError(f"{path}:{lineno}: not a tensortune record ({exc})") from exc
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = list(f)
+    except UnicodeDecodeError as exc:
+        raise DatabaseError(f"{path}: not a JSON-lines file of records (not UTF-8 text: {exc.reason})") from exc
+    except OSError as exc:
+        raise DatabaseError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield Record.from_json(json.loads(line))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DatabaseError(f"{path}:{lineno}: not a tensortune record ({exc})") from exc
 
 
 def import_jsonl(db: Database, path: str | os.PathLike[str]) -> int:

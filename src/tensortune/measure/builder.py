@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from ..space import Config
 from .errors import CandidateError, ErrorKind
 from .result import BuildResult
-from .worker import classify_exception, lower_priority
+from .worker import classify_exception, exit_with_parent, lower_priority
 
 
 class Builder(Protocol):
@@ -37,6 +37,11 @@ class NullBuilder:
 
     def build(self, configs: Sequence[Config]) -> list[BuildResult]:
         return [BuildResult(c) for c in configs]
+
+
+def _init_build_process() -> None:
+    lower_priority()
+    exit_with_parent()
 
 
 def _timed_build(build: Callable[[Config], Any], config: Config) -> tuple[str, Any, float]:
@@ -64,7 +69,7 @@ class ProcessPoolBuilder:
 
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.jobs, mp_context=self._ctx, initializer=lower_priority)
+            self._pool = cf.ProcessPoolExecutor(self.jobs, mp_context=self._ctx, initializer=_init_build_process)
         return self._pool
 
     def build(self, configs: Sequence[Config]) -> list[BuildResult]:

@@ -15,8 +15,10 @@ Example:
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.connection
 import os
 import signal
+import threading
 import traceback
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -44,6 +46,20 @@ def lower_priority(niceness: int = BUILD_NICENESS) -> None:
         os.nice(niceness)
     except OSError:
         pass
+
+
+def exit_with_parent() -> None:
+    """End this worker process as soon as the process that started it dies, even by
+    SIGKILL, instead of waiting forever for work that will never come."""
+    parent = mp.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        mp.connection.wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _serve(conn, env: Mapping[str, str], niceness: int = 0) -> None:

@@ -14,14 +14,46 @@ Example:
 
 from __future__ import annotations
 
+import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from .config import _normalize
 
 
 class SpaceError(ValueError):
     """An invalid search space: names the parameter or constraint at fault."""
+
+
+_SCALARS = (int, float, str, bool, type(None))
+
+
+def value_key(value: Any) -> str:
+    """How a choice is looked up: the same for a value as given and as it comes back from
+    the records database (lists become tuples, numpy scalars Python ones). TypeError for a
+    value the database cannot store and give back as the same choice."""
+    value = _normalize(value)
+    if type(value) in _SCALARS:
+        return repr(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_unstorable)
+
+
+def _unstorable(value: Any) -> Any:
+    if isinstance(value, (set, frozenset)):
+        raise TypeError("a set has no fixed order; use a sorted tuple")
+    raise TypeError(f"{type(value).__name__} is not a number, string, boolean, None, tuple, list or dict")
+
+
+def _keys(label: str, values: Sequence[Any]) -> list[str]:
+    keys = []
+    for v in values:
+        try:
+            keys.append(value_key(v))
+        except (TypeError, ValueError) as exc:
+            raise SpaceError(f"parameter {label!r}: value {v!r} cannot be recorded ({exc})") from None
+    return keys
 
 
 class Param(ABC):
@@ -65,12 +97,13 @@ class _Choices(Param):
         values = tuple(values)
         if not values:
             raise SpaceError(f"parameter {name!r} has no values")
-        if len(set(map(repr, values))) != len(values):
+        keys = _keys(name, values)
+        if len(set(keys)) != len(values):
             raise SpaceError(f"parameter {name!r} has duplicate values: {values}")
         self.names = (name,)
         self.name = name
         self.values = values
-        self._index = {repr(v): i for i, v in enumerate(values)}
+        self._index = {k: i for i, k in enumerate(keys)}
 
     def __len__(self) -> int:
         return len(self.values)
@@ -79,7 +112,7 @@ class _Choices(Param):
         return {self.name: self.values[index]}
 
     def index_of(self, values: dict[str, Any]) -> int:
-        return self._index[repr(values[self.name])]
+        return self._index[_lookup_key(values[self.name])]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, {list(self.values)!r})"
@@ -156,6 +189,12 @@ class Coupled(Param):
         for n in names:
             if not n.isidentifier():
                 raise SpaceError(f"parameter name {n!r} is not a valid identifier")
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise SpaceError(f"coupled parameter {', '.join(names)!r}: values must be a list of tuples, "
+                             f"got {values!r}")
+        for v in values:
+            if isinstance(v, (str, bytes)) or not isinstance(v, Iterable):
+                raise SpaceError(f"coupled parameter {', '.join(names)!r}: value {v!r} is not a tuple")
         values = tuple(tuple(v) for v in values)
         if not values:
             raise SpaceError(f"coupled parameter {', '.join(names)!r} has no values")
@@ -165,9 +204,12 @@ class Coupled(Param):
                     f"coupled parameter {', '.join(names)!r}: value {v} has {len(v)} "
                     f"entries for {len(names)} names"
                 )
+        keys = _keys(", ".join(names), values)
+        if len(set(keys)) != len(values):
+            raise SpaceError(f"coupled parameter {', '.join(names)!r} has duplicate values: {values}")
         self.names = names
         self.values = values
-        self._index = {repr(v): i for i, v in enumerate(values)}
+        self._index = {k: i for i, k in enumerate(keys)}
 
     def __len__(self) -> int:
         return len(self.values)
@@ -176,13 +218,20 @@ class Coupled(Param):
         return dict(zip(self.names, self.values[index]))
 
     def index_of(self, values: dict[str, Any]) -> int:
-        return self._index[repr(tuple(values[n] for n in self.names))]
+        return self._index[_lookup_key(tuple(values[n] for n in self.names))]
 
     def neighbour_indices(self, index: int) -> list[int]:
         return [i for i in (index - 1, index + 1) if 0 <= i < len(self.values)]
 
     def __repr__(self) -> str:
         return f"Coupled({', '.join(self.names)!r}, {list(self.values)!r})"
+
+
+def _lookup_key(value: Any) -> str:
+    try:
+        return value_key(value)
+    except (TypeError, ValueError):
+        raise KeyError(value) from None
 
 
 def infer_param(name: str, values: Any) -> Param:
@@ -192,6 +241,10 @@ def infer_param(name: str, values: Any) -> Param:
     """
     if isinstance(values, Param):
         return values
+    if not isinstance(name, str):
+        raise SpaceError(f"parameter name {name!r} is not a string")
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise SpaceError(f"parameter {name!r}: values must be a list of choices, got {values!r}")
     if "," in name:
         return Coupled(name, values)
     if isinstance(values, range):

@@ -182,6 +182,10 @@ class Space:
     def _culprits(self, g: _Group) -> str:
         alone = []
         for c in g.constraints:
+            if not c.names:
+                if not c({}):
+                    alone.append(c.text)
+                continue
             ids = sorted({self._param_of[n] for n in c.names})
             sub = _Group(self, ids, [c])
             if sub.enumerable and next(sub.iterate(), None) is None:
