@@ -80,3 +80,14 @@ def test_demo_tunes_then_answers_from_the_database(tmp_path):
     assert second["best_config"] == report["best_config"]
     table = runner.invoke(cli, ["demo", "--size", "96", "--db", str(path)])
     assert "Answered from the database" in table.output
+
+
+def test_demo_refuses_bad_options_before_touching_the_database(tmp_path):
+    path = tmp_path / "demo.db"
+    runner = CliRunner()
+    for args, words in ((["--strategy", "bogus"], "unknown strategy 'bogus'"), (["--size", "0"], "--size"),
+                        (["--size", "-3"], "--size"), (["--seconds", "0"], "--seconds"),
+                        (["--trials", "0"], "--trials")):
+        out = runner.invoke(cli, ["demo", "--db", str(path), *args])
+        assert out.exit_code == 2 and words in out.output, out.output
+    assert not path.exists()
