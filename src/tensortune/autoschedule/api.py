@@ -350,8 +350,15 @@ def autoschedule_many(problems: Sequence[Any], weights: Sequence[float] | None =
     if sessions:
         tasks = [Task(parsed[k].name, sessions[k].tune, weight=weights[k], flops=parsed[k].flops,
                       group=_group(parsed[k])) for k in sessions]
-        allocation = TaskScheduler(tasks, budget=Budget.of(budget, default_trials=64 * len(sessions)),
-                                   policy=policy, trials_per_round=trials_per_round, seed=seed).run()
+        shared = Budget.of(budget, default_trials=64 * len(sessions))
+        if shared.trials is not None:
+            if shared.trials < len(sessions):
+                raise ValueError(f"a budget of {shared.trials} trials cannot measure each of the "
+                                 f"{len(sessions)} computations to tune once")
+            # the warm-up gives every task one round: a round must not take another task's share
+            trials_per_round = min(trials_per_round, shared.trials // len(sessions))
+        allocation = TaskScheduler(tasks, budget=shared, policy=policy, trials_per_round=trials_per_round,
+                                   seed=seed).run()
         for k, s in sessions.items():
             results[k] = s.finish(confirm, confirm_rounds)
     return ScheduledMany(tuple(results[k] for k in range(len(parsed))), allocation)
