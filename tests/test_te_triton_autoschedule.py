@@ -157,6 +157,6 @@ def test_te_autoschedule_hands_its_strategy_to_the_gpu_search(tmp_path):
     script.write_text(STRATEGY_SCRIPT)
     env = dict(os.environ, TRITON_INTERPRET="1", TENSORTUNE_PROGRESS="0")
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "records.db"), str(tmp_path / "cache")],
-                          capture_output=True, text=True, env=env, timeout=600)
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["random"]
