@@ -249,3 +249,13 @@ def test_any_registered_strategy_can_drive_the_search(tmp_path):
     x = np.random.default_rng(1).standard_normal((16, 8)).astype("float32")
     assert k.trials == 3
     check_close(k(x), x.T)
+
+
+def test_autoschedule_many_gives_every_computation_a_share_of_a_small_budget(tmp_path):
+    """The warm-up round of 16 trials used to take all of a budget of 8: the second
+    computation measured nothing and autoschedule_many raised 'measured no working schedule'."""
+    ks = autoschedule_many([W.matmul(16, 16, 16), W.transpose(32, 16)], budget=8, db=tmp_path / "r.db",
+                           timer=FAST_TIMER, confirm=1)
+    assert [k.trials for k in ks] == [4, 4]
+    with pytest.raises(ValueError, match="a budget of 1 trials cannot measure each of the 2"):
+        autoschedule_many([W.matmul(8, 8, 8), W.transpose(8, 4)], budget=1, db=tmp_path / "r2.db")

@@ -118,3 +118,14 @@ def test_a_damaged_record_is_a_message_in_every_db_command(tmp_path):
         out = CliRunner().invoke(cli, ["--db", str(path)] + args)
         assert out.exit_code == 1 and "record 2 is damaged" in out.output, (args, out.output)
         assert isinstance(out.exception, SystemExit), (args, out.exception)
+
+
+def test_demo_refuses_bad_options_before_touching_the_database(tmp_path):
+    path = tmp_path / "demo.db"
+    runner = CliRunner()
+    for args, words in ((["--strategy", "bogus"], "unknown strategy 'bogus'"), (["--size", "0"], "--size"),
+                        (["--size", "-3"], "--size"), (["--seconds", "0"], "--seconds"),
+                        (["--trials", "0"], "--trials")):
+        out = runner.invoke(cli, ["demo", "--db", str(path), *args])
+        assert out.exit_code == 2 and words in out.output, out.output
+    assert not path.exists()

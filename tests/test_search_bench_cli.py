@@ -41,6 +41,18 @@ def test_bench_strategies_rejects_bad_input(pnpoly, tmp_path):
     assert bad.exit_code != 0 and "budgets" in bad.output
     bad = runner.invoke(cli, ["bench", "strategies", "--dataset", str(tmp_path / "missing.json")])
     assert bad.exit_code != 0 and "no such file" in bad.output
+    bad = runner.invoke(cli, ["bench", "strategies", "--dataset", pnpoly, "--repeats", "0"])
+    assert bad.exit_code == 2 and "--repeats" in bad.output
+
+
+@pytest.mark.parametrize("command", ["strategies", "model"])
+def test_a_file_that_is_not_a_kernel_tuner_cache_is_a_usage_error(tmp_path, command):
+    not_json, not_cache = tmp_path / "notes.json", tmp_path / "results.json"
+    not_json.write_text("not json at all")
+    not_cache.write_text(json.dumps({"mean": {"auto": 0.9}}))
+    for path, words in ((not_json, "not a readable Kernel Tuner cache"), (not_cache, "needs 'tune_params'")):
+        bad = CliRunner().invoke(cli, ["bench", command, "--dataset", str(path)])
+        assert bad.exit_code == 2 and words in bad.output and path.name in bad.output, bad.output
 
 
 def test_bench_model_reports_rank_quality(pnpoly, tmp_path):

@@ -1,6 +1,9 @@
 """The tensor-expression language: definitions, definition-time errors, the whiteboard
 parser and the NumPy interpreter (the reference of every compiled kernel)."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -141,3 +144,10 @@ def test_interpreter_checks_its_inputs():
         te.evaluate(w.output, {"A": rand((3, 5))})
     with pytest.raises(TEError, match="shape"):
         te.evaluate(w.output, {"A": rand((5, 3)), "B": rand((5, 4))})
+
+
+def test_workloads_is_reachable_as_an_attribute_of_te():
+    """Error messages and the docs say `te.workloads.pad`; a fresh process must find it."""
+    code = "from tensortune import te; print(te.workloads.matmul(8, 8, 8).name)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0 and out.stdout.strip() == "matmul", out.stderr

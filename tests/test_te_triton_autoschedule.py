@@ -134,3 +134,29 @@ def test_build_results_keep_their_order_and_messages(tmp_path):
     gen = Generator(analyze(workloads.softmax(4, 8).output), GenOptions(interpret=True), str(tmp_path), "s")
     builds = list(GeneratedBuilder(gen, compile=False).build([Config(BLOCK_R=3, BLOCK_C=8)]))
     assert isinstance(builds[0], BuildResult) and not builds[0].ok and "BLOCK_R=3" in builds[0].message
+
+
+STRATEGY_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from tensortune import te
+    from tensortune.db import Database
+    from tensortune.te import workloads
+
+    if __name__ == "__main__":
+        db_path, cache = sys.argv[1:3]
+        te.autoschedule(workloads.matmul(16, 16, 32, "float16"), target="cuda", budget=2, db=db_path,
+                        cache_dir=cache, strategy="random", jobs=1, confirm=1, progress=False)
+        db = Database(db_path)
+        print(json.dumps(sorted({r.strategy for wl, _, _ in db.workloads() for r in db.records(wl)})))
+""")
+
+
+def test_te_autoschedule_hands_its_strategy_to_the_gpu_search(tmp_path):
+    """target="cuda" used to drop strategy=, jobs=, timer= and confirm= silently."""
+    script = tmp_path / "run_strategy.py"
+    script.write_text(STRATEGY_SCRIPT)
+    env = dict(os.environ, TRITON_INTERPRET="1", TENSORTUNE_PROGRESS="0")
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "records.db"), str(tmp_path / "cache")],
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["random"]

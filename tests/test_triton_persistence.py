@@ -133,3 +133,25 @@ def test_cli_reports_bad_targets_and_shapes(tmp_path):
     res = runner.invoke(cli, ["--db", str(tmp_path / "x.db"), "triton", "tune",
                               "test_triton_kernels:matmul_kernel", "--shape", "n=1"])
     assert res.exit_code != 0 and "not an autotuned kernel" in res.output
+
+
+def test_cli_names_the_shape_that_does_not_fit_the_inputs_function(tmp_path):
+    runner = CliRunner()
+    for target, shape, words in (("test_triton_kernels:scale_tuned", "m=100", "missing a required argument: 'n'"),
+                                 ("test_triton_kernels:scale_twice", "n=100,k=3", "unexpected keyword argument 'k'")):
+        res = runner.invoke(cli, ["--db", str(tmp_path / "x.db"), "triton", "tune", target, "--shape", shape])
+        assert res.exit_code == 1 and words in res.output and "does not fit" in res.output, res.output
+        assert not isinstance(res.exception, TypeError)
+
+
+def test_a_module_target_is_found_in_the_current_folder(tmp_path, monkeypatch):
+    """The `tensortune` console script's sys.path starts with its own folder, not the current one."""
+    from tensortune.frontends.triton.offline import load_object
+
+    (tmp_path / "tt_cwd_kernels.py").write_text("def launch(n):\n    return n\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    try:
+        assert load_object("tt_cwd_kernels:launch")(n=3) == 3
+    finally:
+        sys.modules.pop("tt_cwd_kernels", None)

@@ -259,7 +259,7 @@ def finish_kernel(problem: Problem, config: Config, best_time: float, trials: in
 
 def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget | int | float | None = None,
                  db: Database | str | os.PathLike[str] | None = None, *, args: Sequence[Tensor] | None = None,
-                 name: str | None = None, strategy: str = "evolutionary", seed: int = 0, jobs: int = 2,
+                 name: str | None = None, strategy: str = "evolutionary", seed: int = 0, jobs: int | None = None,
                  retune: bool = False, confirm: int = 4, confirm_rounds: int = 7, progress: bool | None = None,
                  timer: Timer | None = None, **gpu_options: Any) -> ScheduledKernel:
     """Search for a fast schedule of the expressions and return it compiled and verified.
@@ -269,13 +269,17 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
     trials). With records of these expressions in `db`, the recorded winner is rebuilt
     without searching, unless `retune` (then the search resumes from the records).
     `strategy`: "evolutionary" (cost-model guided) or any registered strategy name.
+    `jobs`: compile processes (default 2 on the CPU, one per core for CUDA).
     `target="cuda"` hands the graph to the GPU auto-scheduler (`backends.triton`), with
-    `gpu_options` passed on.
+    `strategy`, `jobs`, `timer`, `confirm` (> 1: re-time finalists) and `gpu_options` passed on.
     """
     if target in GPU_TARGETS:
+        if args is not None or name is not None:
+            raise TEError("args= and name= apply to target='cpu' only")
         from ..backends.triton import autoschedule_cuda
         return autoschedule_cuda(outputs_or_function, budget=64 if budget is None else budget, db=db, seed=seed,
-                                 retune=retune, progress=_progress(progress), **gpu_options)
+                                 strategy=strategy, jobs=jobs, timer=timer, confirm=confirm > 1, retune=retune,
+                                 progress=_progress(progress), **gpu_options)
     if gpu_options:
         raise TEError(f"unknown option(s) {sorted(gpu_options)} for target {target!r}")
     _check_target(target)
@@ -287,7 +291,8 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
         if record is not None:
             return finish_kernel(problem, record.config, record.time, 0, 0.0, True)
     limit = Budget.of(budget, default_trials=64)
-    session = _Session(problem, database, tgt, strategy, seed, jobs, _progress(progress), timer, limit.trials)
+    session = _Session(problem, database, tgt, strategy, seed, 2 if jobs is None else jobs, _progress(progress),
+                       timer, limit.trials)
     session.run(limit)
     return session.finish(confirm, confirm_rounds)
 
@@ -350,8 +355,15 @@ def autoschedule_many(problems: Sequence[Any], weights: Sequence[float] | None =
     if sessions:
         tasks = [Task(parsed[k].name, sessions[k].tune, weight=weights[k], flops=parsed[k].flops,
                       group=_group(parsed[k])) for k in sessions]
-        allocation = TaskScheduler(tasks, budget=Budget.of(budget, default_trials=64 * len(sessions)),
-                                   policy=policy, trials_per_round=trials_per_round, seed=seed).run()
+        shared = Budget.of(budget, default_trials=64 * len(sessions))
+        if shared.trials is not None:
+            if shared.trials < len(sessions):
+                raise ValueError(f"a budget of {shared.trials} trials cannot measure each of the "
+                                 f"{len(sessions)} computations to tune once")
+            # the warm-up gives every task one round: a round must not take another task's share
+            trials_per_round = min(trials_per_round, shared.trials // len(sessions))
+        allocation = TaskScheduler(tasks, budget=shared, policy=policy, trials_per_round=trials_per_round,
+                                   seed=seed).run()
         for k, s in sessions.items():
             results[k] = s.finish(confirm, confirm_rounds)
     return ScheduledMany(tuple(results[k] for k in range(len(parsed))), allocation)

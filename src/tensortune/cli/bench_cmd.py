@@ -32,6 +32,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def _dataset_paths(datasets: tuple[str, ...]) -> list[str]:
+    from ..bench.replay import _dataset
     from ..datasets import find_datasets
 
     paths: list[str] = []
@@ -45,18 +46,11 @@ def _dataset_paths(datasets: tuple[str, ...]) -> list[str]:
             raise click.BadParameter(f"no such file or folder: {d}", param_hint="--dataset")
     if not paths:
         raise click.BadParameter("no Kernel Tuner cache found", param_hint="--dataset")
-    return paths
-
-
-def _readable_datasets(paths: list[str]) -> list[str]:
-    """The paths, once each has been read as a Kernel Tuner cache (before hours of runs)."""
-    from ..datasets import load_kernel_tuner_cache
-
-    for p in paths:
+    for path in paths:  # read once here, before hours of runs (and cached for the forked workers)
         try:
-            load_kernel_tuner_cache(p)
+            _dataset(path)
         except ValueError as exc:
-            text = str(exc) if p in str(exc) else f"{p}: not a readable Kernel Tuner cache ({exc})"
+            text = str(exc) if path in str(exc) else f"{path}: not a readable Kernel Tuner cache ({exc})"
             raise click.BadParameter(text, param_hint="--dataset") from None
     return paths
 
@@ -71,7 +65,7 @@ def bench_group() -> None:
               help="A Kernel Tuner cache (.json/.json.gz) or a folder of them; repeatable.")
 @click.argument("more", nargs=-1, type=click.Path())
 @click.option("--budgets", default="20,50,100,200", show_default=True, help="Measurement budgets.")
-@click.option("--repeats", default=20, show_default=True,
+@click.option("--repeats", type=click.IntRange(min=1), default=20, show_default=True,
               help="Fresh runs per budget (seeds FIRST_SEED..FIRST_SEED+N-1).")
 @click.option("--first-seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Seed of the first repeat.")
@@ -79,7 +73,7 @@ def bench_group() -> None:
               help="Comma-separated strategies; random is always added as the baseline. "
                    "NAME=N runs that strategy N repeats only. Peers run side by side: "
                    "kt:<strategy> (Kernel Tuner 1.5, simulation mode), optuna:tpe.")
-@click.option("--jobs", default=max(1, (os.cpu_count() or 1)), show_default=True,
+@click.option("--jobs", type=click.IntRange(min=1), default=max(1, (os.cpu_count() or 1)), show_default=True,
               help="Worker processes.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
               help="Write dataset -> strategy -> budget -> {mean, se, p10} here.")
@@ -98,7 +92,7 @@ def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: 
     from ..bench.replay import mean_over_datasets, run_many, summarize
     from ..search import strategy_names
 
-    paths = _readable_datasets(_dataset_paths(datasets + more))
+    paths = _dataset_paths(datasets + more)
     budget_list = _int_list(budgets)
     names: list[str] = []
     reps: dict[str, int] = {}
@@ -187,8 +181,9 @@ def _print_tables(summary: dict, means: dict, budgets: list[int]) -> None:
               help="A Kernel Tuner cache (.json/.json.gz) or a folder of them; repeatable.")
 @click.argument("more", nargs=-1, type=click.Path())
 @click.option("--train-fraction", default=0.1, show_default=True, help="Share of the space trained on.")
-@click.option("--splits", default=10, show_default=True, help="Random splits averaged over.")
-@click.option("--members", default=1, show_default=True,
+@click.option("--splits", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Random splits averaged over.")
+@click.option("--members", type=click.IntRange(min=1), default=1, show_default=True,
               help="1: one XGBRankModel (what the strategies use); N: a bootstrap ensemble of N.")
 @click.option("--objective", type=click.Choice(["rank", "regression"]), default="rank", show_default=True,
               help="The model's training objective (rank: pairwise, what the strategies use).")
@@ -208,7 +203,7 @@ def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction
     params = XGBParams(objective=objective) if max_depth is None else \
         XGBParams(objective=objective, max_depth=max_depth)
     results = {}
-    for path in _readable_datasets(_dataset_paths(datasets + more)):
+    for path in _dataset_paths(datasets + more):
         q = evaluate_model(path, train_fraction, splits, members=members, params=params)
         results[q.dataset] = q.to_json()
     if len(results) > 1:

@@ -30,6 +30,16 @@ def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                         help="Records database (default: $TENSORTUNE_DB or ~/.cache/tensortune/tuning.db).")(fn)
 
 
+def check_strategy(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A click callback: `value` must name a registered search strategy (None passes)."""
+    from ..search import strategy_names
+
+    if value is not None and value not in strategy_names():
+        raise click.BadParameter(f"unknown strategy {value!r}; known: {', '.join(strategy_names())}",
+                                 param=param)
+    return value
+
+
 def open_database(ctx: click.Context, db_path: str | None) -> Database:
     chosen = db_path or (ctx.obj or {}).get("db_path")
     try:

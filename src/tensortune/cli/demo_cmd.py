@@ -9,15 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..tuner import Budget
-from .common import db_option, open_database, print_json
-
-
-def _known_strategy(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    from ..search import strategy_names
-
-    if value not in strategy_names():
-        raise click.BadParameter(f"unknown strategy {value!r}; known: {', '.join(strategy_names())}")
-    return value
+from .common import check_strategy, db_option, open_database, print_json
 
 
 @click.command("demo")
@@ -26,9 +18,8 @@ def _known_strategy(ctx: click.Context, param: click.Parameter, value: str) -> s
               help="M = N = K of the float32 matmul.")
 @click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Tuning budget in seconds.")
-@click.option("--trials", type=click.IntRange(min=1), default=None,
-              help="Also stop after this many measurements.")
-@click.option("--strategy", default="auto", show_default=True, callback=_known_strategy, help="Search strategy.")
+@click.option("--trials", type=click.IntRange(min=1), default=None, help="Also stop after this many measurements.")
+@click.option("--strategy", default="auto", show_default=True, callback=check_strategy, help="Search strategy.")
 @click.option("--seed", default=None, type=int, help="Seed for a reproducible search.")
 @click.option("--retune", is_flag=True, help="Measure again even if the database has a result.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from .common import db_option, print_json, resolve_db_path
+from .common import check_strategy, db_option, print_json, resolve_db_path
 
 
 @click.group("triton")
@@ -28,8 +28,9 @@ def triton_group() -> None:
               help="A shape to tune for, e.g. M=4096,N=4096,K=4096 (repeatable).")
 @click.option("--shapes-file", type=click.Path(exists=True, dir_okay=False),
               help="A JSON file holding a list of shapes (objects of NAME: VALUE).")
-@click.option("--budget", type=int, default=None, help="Measurements per key (default: the kernel's).")
-@click.option("--strategy", default=None, help="Search strategy (default: the kernel's).")
+@click.option("--budget", type=click.IntRange(min=1), default=None,
+              help="Measurements per key (default: the kernel's).")
+@click.option("--strategy", default=None, callback=check_strategy, help="Search strategy (default: the kernel's).")
 @click.option("--force", is_flag=True, help="Go on searching keys that are already tuned.")
 @click.option("--export", "export_path", type=click.Path(dir_okay=False),
               help="Write the records of every key tuned to this JSON-lines file.")

@@ -30,6 +30,7 @@ from .parse import parse
 from .schedule import Loop, Schedule, Stage, create_schedule
 from .steps import Step, steps_from_json, steps_to_json
 from .tensor import Tensor, compute, graph, placeholder, placeholders
+from . import workloads
 from ..autoschedule.entry import autoschedule, autoschedule_many  # noqa: E402  (imports the search on first call)
 
 __all__ = [
@@ -37,5 +38,5 @@ __all__ = [
     "abs", "all", "any", "build", "cast", "compute", "const", "create_schedule", "equal", "erf", "evaluate", "exp",
     "graph", "if_then_else", "log", "max", "maximum", "min", "minimum", "not_equal", "parse", "placeholder",
     "placeholders", "reduce_axis", "select", "sigmoid", "sqrt", "steps_from_json", "steps_to_json", "sum", "tanh",
-    "autoschedule", "autoschedule_many",
+    "autoschedule", "autoschedule_many", "workloads",
 ]

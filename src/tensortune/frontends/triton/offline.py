@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -66,6 +67,8 @@ def load_object(spec: str) -> Any:
         sys.path.insert(0, str(path.parent))
         module = importlib.import_module(name)
     else:
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as `python -m` does: the console script's path is its own folder
         module = importlib.import_module(where)
     obj: Any = module
     for part in attr.split("."):
@@ -108,6 +111,7 @@ def _tune_each(target: Any, shapes: Iterable[Mapping[str, Any]], budget: Any, st
             if target.make_inputs is None:
                 raise TargetError(f"{target.name} cannot make its arguments from a shape; register a function "
                                 f"with @{target.short_name}.inputs, or pass a function that launches it")
+            _check_shape(target.make_inputs, shape)
             grid, args, kwargs = _split_inputs(target.make_inputs(**shape))
             d = target.tune(*args, grid=grid, budget=budget, strategy=strategy, force=force, **kwargs)
             decided = [(target, d)]
@@ -115,6 +119,7 @@ def _tune_each(target: Any, shapes: Iterable[Mapping[str, Any]], budget: Any, st
             raise TargetError(f"{target!r} is a Triton kernel but not an autotuned kernel: decorate it "
                               f"with @tensortune.autotune")
         elif callable(target):
+            _check_shape(target, shape)
             seen = {id(k): len(k.log) for k in all_kernels()}
             target(**shape)
             decided = [(k, d) for k in all_kernels()
@@ -125,6 +130,17 @@ def _tune_each(target: Any, shapes: Iterable[Mapping[str, Any]], budget: Any, st
         reports.append(ShapeReport(dict(shape), tuple((k.name, d) for k, d in decided), trials,
                                    tuple(k for k, _ in decided)))
     return reports
+
+
+def _check_shape(fn: Any, shape: Mapping[str, Any]) -> None:
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(**shape)
+    except TypeError as exc:
+        raise TargetError(f"shape {dict(shape)} does not fit {getattr(fn, '__name__', fn)}{signature}: {exc}") from None
 
 
 def _split_inputs(made: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
