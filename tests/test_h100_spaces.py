@@ -51,7 +51,9 @@ SKETCH_SPACES = {"sketch_conv2d-H100": (2448, 0, {"PERSISTENT", "RELAYOUT"}),
                  "sketch_matmul_bias_gelu-H100": (3328, 6, {"PERSISTENT", "TMA", "TMA_STORE"}),
                  "sketch_batch_matmul-H100": (3632, 2, {"PERSISTENT"}),  # 2 need more shared memory than the H100 has
                  "sketch_softmax-H100": (390, 0, set()),
-                 "sketch_matmul_splitk-H100": (1784, 0, {"TMA", "TMA_STORE"})}
+                 "sketch_matmul_splitk-H100": (1784, 0, {"TMA", "TMA_STORE"}),
+                 "sketch_batch_matmul_pv-H100": (2592, 0, {"PERSISTENT"}),
+                 "sketch_conv2d_deep-H100": (2448, 2, {"PERSISTENT", "RELAYOUT"})}  # 2 compiles ran past 15 s
 
 
 @pytest.mark.parametrize("name", sorted(SKETCH_SPACES))
@@ -79,7 +81,7 @@ def test_the_sketch_space_script_measures_the_generated_kernels_into_a_cache(tmp
 
 
 @pytest.mark.parametrize("folder, name", [("spaces", n) for n in sorted(SKETCH_SPACES)]
-                         + [("spaces_held_out", "sketch_batch_matmul_pv-H100")])
+                         + [("spaces_held_out", "sketch_matmul_relu_tall-H100")])
 def test_the_sketch_spaces_were_measured_with_the_fixed_timer(folder, name):
     """Before the timer gave the GPU a lead, the first timed run of a configuration was 1.4 to
     1.6 times the others (the host's launching was timed too); a space measured so must not
@@ -99,5 +101,5 @@ def test_the_split_k_space_holds_no_configuration_codegen_rejects():
 
 def test_the_held_out_space_loads():
     ds = load_kernel_tuner_cache(os.path.join(ROOT, "docs", "benchmarks", "spaces_held_out",
-                                              "sketch_batch_matmul_pv-H100.json.gz"))
-    assert len(ds.results) == 2592 and ds.failures == 0
+                                              "sketch_matmul_relu_tall-H100.json.gz"))
+    assert len(ds.results) == 3328 and ds.failures == 6  # 6 need more shared memory than the H100 has
