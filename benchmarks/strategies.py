@@ -6,7 +6,7 @@ and `tensortune bench model` (the ranking model the strategies use, and the regr
 model at depth 5 and 7), writing JSON and the plot next to the docs page. With
 `--held-out-seeds`, the default strategy and random search run again on seeds 20..59,
 which no setting was chosen on; with `--h100-spaces`, six strategies run on the
-spaces we measured on the H100 (docs/benchmarks/spaces: two matmul grids and five of the
+spaces we measured on the H100 (docs/benchmarks/spaces: two matmul grids and seven of the
 auto-scheduler's sketch spaces); with `--hundred-seeds`,
 the default strategy and random search run 100 repeats on the six spaces and the
 H100 ones, for means with small standard errors; with `--without-switches`, the
