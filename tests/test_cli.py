@@ -47,6 +47,11 @@ def test_db_commands_round_trip(tmp_path):
     assert out.exit_code != 0 and "no workload matches" in out.output
 
 
+def test_db_list_of_an_empty_database_says_so(tmp_path):
+    out = CliRunner().invoke(cli, ["--db", str(tmp_path / "new.db"), "db", "list"])
+    assert out.exit_code == 0 and "holds no records yet" in out.output, out.output
+
+
 def test_env_var_selects_the_database(tmp_path, monkeypatch):
     path = tmp_path / "env.db"
     seeded_db(path)

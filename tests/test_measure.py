@@ -143,3 +143,31 @@ def test_build_processes_end_when_the_tuning_process_is_killed(tmp_path):
     while any(_running(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(_running(p) for p in pids), "build processes outlived the process that started them"
+
+
+def test_a_script_that_tunes_without_a_main_guard_is_told_why_its_processes_die(tmp_path):
+    """Spawned processes import the script; without `if __name__ == "__main__":` they try to
+    start processes of their own while starting up, and die before running anything."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "noguard.py"
+    script.write_text("from tensortune.measure.builder import ProcessPoolBuilder\n"
+                      "from tensortune.space import Config\n"
+                      "print('BUILD', ProcessPoolBuilder(len, jobs=2, timeout=60).build([Config(a=1)])[0].message)\n"
+                      "from tensortune.measure import IsolatedWorker\n"
+                      "IsolatedWorker(timeout=60).call(abs, -1)\n")
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=src), check=False)
+    build_line = next(line for line in out.stdout.splitlines() if line.startswith("BUILD"))
+    assert "build process died" in build_line and '__name__ == "__main__"' in build_line
+    assert out.returncode != 0 and 'worker process died (exit code 1); it died before running anything' in out.stderr
+
+
+def test_a_crash_after_the_processes_have_worked_gets_no_startup_hint():
+    with IsolatedWorker(timeout=60) as w:
+        assert w.call(abs, -1) == 1
+        with pytest.raises(CandidateError) as err:
+            w.call(os._exit, 1)
+    assert "exit code 1" in str(err.value) and "__main__" not in str(err.value)

@@ -116,6 +116,8 @@ def test_parameter_kinds():
         ({"a": [1, 2]}, [lambda zzz, a: True], "unknown parameter(s) ['zzz']"),
         ({"A, B": [(1,)]}, [], "has 1 entries for 2 names"),
         ({"1x": [1]}, [], "not a valid identifier"),
+        ({"class": [1, 2]}, [], "'class' is a Python keyword"),
+        ({"x, if": [(1, 2)]}, [], "'if' is a Python keyword"),
         ({"a": 5}, [], "values must be a list of choices, got 5"),
         ({"a": None}, [], "values must be a list of choices, got None"),
         ({"order": "ijk"}, [], "values must be a list of choices, got 'ijk'"),

@@ -40,6 +40,9 @@ def db_list(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
         print_json([{"index": i, "workload": w.id_text, "records": n, "best_seconds": b}
                     for i, (w, n, b) in enumerate(rows, 1)])
         return
+    if not rows:
+        click.echo(f"{db.path} holds no records yet: tune something (e.g. `tensortune demo`) or `db import` a file")
+        return
     table = Table(title=f"workloads in {db.path}")
     for col in ("#", "workload", "records", "best"):
         table.add_column(col)

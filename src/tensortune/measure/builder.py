@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from ..space import Config
 from .errors import CandidateError, ErrorKind
 from .result import BuildResult
-from .worker import classify_exception, exit_with_parent, lower_priority
+from .worker import STARTUP_HINT, classify_exception, exit_with_parent, lower_priority
 
 
 class Builder(Protocol):
@@ -66,6 +66,7 @@ class ProcessPoolBuilder:
         self.timeout = timeout
         self._ctx = mp.get_context(start_method)
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._built_any = False  # once a build finished, build processes start fine
 
     def _ensure_pool(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
@@ -84,8 +85,11 @@ class ProcessPoolBuilder:
                 cfg = futures[fut]
                 try:
                     results[cfg] = self._to_result(cfg, fut.result())
+                    self._built_any = True
                 except Exception as exc:  # the pool itself broke (a build crashed its process)
-                    results[cfg] = BuildResult(cfg, None, ErrorKind.CRASHED, f"build process died: {exc}")
+                    died = f"build process died: {str(exc).rstrip('.')}"
+                    hint = "" if self._built_any else f"; {STARTUP_HINT}"
+                    results[cfg] = BuildResult(cfg, None, ErrorKind.CRASHED, died + hint)
                     self._restart()
         except cf.TimeoutError:
             self._restart()

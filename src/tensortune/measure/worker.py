@@ -48,6 +48,10 @@ def lower_priority(niceness: int = BUILD_NICENESS) -> None:
         pass
 
 
+STARTUP_HINT = ("it died before running anything: if tuning starts from a script, put that under "
+                "`if __name__ == \"__main__\":`, since worker processes are spawned and import the script")
+
+
 def exit_with_parent() -> None:
     """End this worker process as soon as the process that started it dies, even by
     SIGKILL, instead of waiting forever for work that will never come."""
@@ -111,6 +115,7 @@ class IsolatedWorker:
         self._ctx = mp.get_context(start_method)
         self._proc: Any = None
         self._conn: Any = None
+        self._answered = 0  # calls answered: once one is, worker processes start fine
         self.restarts = 0
 
     def _start(self) -> None:
@@ -141,8 +146,11 @@ class IsolatedWorker:
         except (EOFError, ConnectionResetError, OSError):
             self._proc.join(timeout=1)
             code = self._proc.exitcode
+            first = self._answered == 0
             self._kill()
-            raise CandidateError(ErrorKind.CRASHED, f"worker process died ({_describe_exit(code)})") from None
+            hint = f"; {STARTUP_HINT}" if first and code == 1 else ""
+            raise CandidateError(ErrorKind.CRASHED, f"worker process died ({_describe_exit(code)}){hint}") from None
+        self._answered += 1
         if reply[0] == "ok":
             return reply[1]
         raise CandidateError(ErrorKind(reply[1]), reply[2])

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import json
+import keyword
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
@@ -44,6 +45,14 @@ def _unstorable(value: Any) -> Any:
     if isinstance(value, (set, frozenset)):
         raise TypeError("a set has no fixed order; use a sorted tuple")
     raise TypeError(f"{type(value).__name__} is not a number, string, boolean, None, tuple, list or dict")
+
+
+def _check_name(name: Any) -> None:
+    """Constraints are Python expressions over the names, so a name must be usable in one."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise SpaceError(f"parameter name {name!r} is not a valid identifier")
+    if keyword.iskeyword(name):
+        raise SpaceError(f"parameter name {name!r} is a Python keyword; constraints could not name it")
 
 
 def _keys(label: str, values: Sequence[Any]) -> list[str]:
@@ -92,8 +101,7 @@ class _Choices(Param):
     """Shared machinery of single-name parameters over an explicit value list."""
 
     def __init__(self, name: str, values: Sequence[Any]) -> None:
-        if not isinstance(name, str) or not name.isidentifier():
-            raise SpaceError(f"parameter name {name!r} is not a valid identifier")
+        _check_name(name)
         values = tuple(values)
         if not values:
             raise SpaceError(f"parameter {name!r} has no values")
@@ -187,8 +195,7 @@ class Coupled(Param):
             names = [n.strip() for n in names.split(",")]
         names = tuple(names)
         for n in names:
-            if not n.isidentifier():
-                raise SpaceError(f"parameter name {n!r} is not a valid identifier")
+            _check_name(n)
         if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
             raise SpaceError(f"coupled parameter {', '.join(names)!r}: values must be a list of tuples, "
                              f"got {values!r}")
