@@ -18,7 +18,9 @@ from .common import check_strategy, db_option, open_database, print_json
               help="M = N = K of the float32 matmul.")
 @click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               help="Tuning budget in seconds.")
-@click.option("--trials", type=click.IntRange(min=1), default=None, help="Also stop after this many measurements.")
+@click.option("--trials", type=click.IntRange(min=1), default=None,
+              help="Also stop after this many measurements by the search (the untuned default is measured too, "
+                   "once, and counted in the report).")
 @click.option("--strategy", default="auto", show_default=True, callback=check_strategy, help="Search strategy.")
 @click.option("--seed", default=None, type=int, help="Seed for a reproducible search.")
 @click.option("--retune", is_flag=True, help="Measure again even if the database has a result.")
