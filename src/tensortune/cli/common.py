@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from ..db import Database, DatabaseError
+from ..db import Database
 from ..settings import Settings
 
 
@@ -41,11 +41,9 @@ def check_strategy(_ctx: click.Context, param: click.Parameter, value: str | Non
 
 
 def open_database(ctx: click.Context, db_path: str | None) -> Database:
+    """The database the options name (a DatabaseError becomes a message in `cli.main`)."""
     chosen = db_path or (ctx.obj or {}).get("db_path")
-    try:
-        return Database(resolve_db_path(chosen, os.environ))
-    except DatabaseError as exc:
-        raise click.ClickException(str(exc)) from exc
+    return Database(resolve_db_path(chosen, os.environ))
 
 
 def print_json(obj: Any) -> None:

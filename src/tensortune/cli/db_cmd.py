@@ -6,7 +6,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..db import Database, DatabaseError, Workload, export_jsonl, import_jsonl
+from ..db import Database, Workload, export_jsonl, import_jsonl
 from ..progress import format_time
 from .common import db_option, open_database, print_json
 
@@ -105,10 +105,7 @@ def db_best(ctx: click.Context, workload: str, db_path: str | None, top: int, as
 def db_export(ctx: click.Context, file: str, db_path: str | None, workload: str | None) -> None:
     """Write records to FILE as JSON lines (to ship tuned results with a package)."""
     db = open_database(ctx, db_path)
-    try:
-        n = export_jsonl(db, file, workload)
-    except DatabaseError as exc:
-        raise click.ClickException(str(exc)) from exc
+    n = export_jsonl(db, file, workload)
     click.echo(f"exported {n} records to {file}")
 
 
@@ -119,8 +116,5 @@ def db_export(ctx: click.Context, file: str, db_path: str | None, workload: str 
 def db_import(ctx: click.Context, file: str, db_path: str | None) -> None:
     """Add the records of a JSON-lines FILE (records already present are skipped)."""
     db = open_database(ctx, db_path)
-    try:
-        n = import_jsonl(db, file)
-    except DatabaseError as exc:
-        raise click.ClickException(str(exc)) from exc
+    n = import_jsonl(db, file)
     click.echo(f"imported {n} new records from {file} into {db.path}")

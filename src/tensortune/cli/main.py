@@ -12,8 +12,8 @@ from .triton_cmd import triton_group
 
 
 class _Commands(click.Group):
-    """A database that turns out unusable part-way (a damaged record, a read-only file) is
-    a message, not a traceback, in every subcommand."""
+    """A database that cannot be used (corrupt, damaged part-way, read-only, an unwritable
+    export) is a message, not a traceback, in every subcommand."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
