@@ -79,10 +79,10 @@ def _require(module: str, requirement: str) -> None:
 
 def peer_run(path: str | os.PathLike[str], name: str, budget: int, seed: int) -> "RunResult":
     """One fresh run of peer `name` on a replayed dataset, scored like our strategies."""
-    from .replay import RunResult, _dataset
+    from .replay import RunResult, cached_dataset
 
     check_peer(name)
-    ds = _dataset(str(path))
+    ds = cached_dataset(str(path))
     start = time.perf_counter()
     if name.startswith("kt:"):
         measured = _kernel_tuner_configs(str(path), name.partition(":")[2], budget, seed)

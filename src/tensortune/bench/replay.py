@@ -41,7 +41,8 @@ class RunResult:
 
 
 @lru_cache(maxsize=8)
-def _dataset(path: str) -> ReplayDataset:
+def cached_dataset(path: str) -> ReplayDataset:
+    """A replayed space, read once per process (forked workers inherit what the parent read)."""
     return load_kernel_tuner_cache(path)
 
 
@@ -51,7 +52,7 @@ def replay_run(path: str | os.PathLike[str], strategy: str, budget: int, seed: i
     from ..db import Target, Workload
     from ..tuner import Tuner
 
-    ds = _dataset(str(path))
+    ds = cached_dataset(str(path))
     runner = ds.runner()
     start = time.perf_counter()
     result = Tuner(ds.space, runner, workload=Workload.make(ds.name), target=Target.make("replay", ds.device),

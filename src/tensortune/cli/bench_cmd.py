@@ -32,7 +32,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def _dataset_paths(datasets: tuple[str, ...]) -> list[str]:
-    from ..bench.replay import _dataset
+    from ..bench.replay import cached_dataset
     from ..datasets import find_datasets
 
     paths: list[str] = []
@@ -48,7 +48,7 @@ def _dataset_paths(datasets: tuple[str, ...]) -> list[str]:
         raise click.BadParameter("no Kernel Tuner cache found", param_hint="--dataset")
     for path in paths:  # read once here, before hours of runs (and cached for the forked workers)
         try:
-            _dataset(path)
+            cached_dataset(path)
         except ValueError as exc:
             text = str(exc) if path in str(exc) else f"{path}: not a readable Kernel Tuner cache ({exc})"
             raise click.BadParameter(text, param_hint="--dataset") from None
