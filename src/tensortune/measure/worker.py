@@ -115,7 +115,7 @@ class IsolatedWorker:
         self._ctx = mp.get_context(start_method)
         self._proc: Any = None
         self._conn: Any = None
-        self._answered = 0  # calls answered: once one is, worker processes start fine
+        self._answered_any = False  # once a call is answered, worker processes start fine
         self.restarts = 0
 
     def _start(self) -> None:
@@ -146,11 +146,10 @@ class IsolatedWorker:
         except (EOFError, ConnectionResetError, OSError):
             self._proc.join(timeout=1)
             code = self._proc.exitcode
-            first = self._answered == 0
             self._kill()
-            hint = f"; {STARTUP_HINT}" if first and code == 1 else ""
+            hint = f"; {STARTUP_HINT}" if not self._answered_any and code == 1 else ""
             raise CandidateError(ErrorKind.CRASHED, f"worker process died ({_describe_exit(code)}){hint}") from None
-        self._answered += 1
+        self._answered_any = True
         if reply[0] == "ok":
             return reply[1]
         raise CandidateError(ErrorKind(reply[1]), reply[2])
