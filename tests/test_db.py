@@ -136,14 +136,14 @@ def read_only(tmp_path):
     def make(path):
         path.chmod(0o444)
         if os.geteuid() == 0:
-            if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)]).returncode:
+            if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], check=False).returncode:
                 pytest.skip("running as root without chattr +i: files cannot be made read-only")
             made.append(path)
         return path
 
     yield make
     for path in made:
-        subprocess.run(["chattr", "-i", str(path)])
+        subprocess.run(["chattr", "-i", str(path)], check=False)
 
 
 def test_a_read_only_database_can_be_read_and_a_write_is_a_clear_error(tmp_path, read_only):
@@ -234,7 +234,7 @@ def test_killed_run_resumes_without_remeasuring(tmp_path):
     assert 4 <= len(recorded) < 12
     calls.write_text("")
     out = subprocess.run([sys.executable, str(script), str(db_path), str(calls), "0"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stderr
     remeasured = {int(x) for x in calls.read_text().split()}
     assert remeasured.isdisjoint(recorded)

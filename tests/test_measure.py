@@ -135,7 +135,7 @@ def test_build_processes_end_when_the_tuning_process_is_killed(tmp_path):
 
     script = tmp_path / "orphans.py"
     script.write_text(ORPHANS)
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == -9, out.stderr
     pids = {int(p) for p in out.stdout.split()}
     assert pids and os.getpid() not in pids

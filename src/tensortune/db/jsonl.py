@@ -22,15 +22,14 @@ def export_jsonl(db: Database, path: str | os.PathLike[str], workload_prefix: st
     """Write every record (or those of matching workloads) as one JSON object per line."""
     n = 0
     try:
-        f = open(path, "w", encoding="utf-8")
-    except OSError as exc:
+        with open(path, "w", encoding="utf-8") as f:
+            for rec in db.all_records():
+                if workload_prefix and not rec.workload.id_text.startswith(workload_prefix):
+                    continue
+                f.write(json.dumps(rec.to_json(), sort_keys=True) + "\n")
+                n += 1
+    except OSError as exc:  # a missing folder, a full disk
         raise DatabaseError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    with f:
-        for rec in db.all_records():
-            if workload_prefix and not rec.workload.id_text.startswith(workload_prefix):
-                continue
-            f.write(json.dumps(rec.to_json(), sort_keys=True) + "\n")
-            n += 1
     return n
 
 
