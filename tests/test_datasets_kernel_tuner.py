@@ -94,3 +94,28 @@ def test_real_dataset(shared_datasets):
     assert all(ds.space.is_valid(c) for c in list(ds.results)[:50])
     result = next(iter(ds.runner().run_configs([ds.best_config])))
     assert result.time == ds.optimum and ds.score(result.time) == 1.0
+
+
+def test_cache_of_a_sparse_huge_product_is_an_exact_space_that_strategies_search(tmp_path):
+    """Like hotspot's caches: the measured configurations are a sliver of the product of
+    the parameters (here 5,000 of 8.5e8), so the space is walked row by row."""
+    import numpy as np
+
+    from tensortune.bench.replay import replay_run
+
+    rng = np.random.default_rng(0)
+    values = {f"p{i}": list(range(1, 31)) for i in range(6)}
+    keys = {tuple(int(v) for v in rng.integers(1, 31, 6)) for _ in range(5000)}
+    cache = {",".join(map(str, k)): {"time": 1.0 + sum((v - 9) ** 2 for v in k) / 100,
+                                     "compile_time": 900.0, "benchmark_time": 50.0} for k in keys}
+    path = tmp_path / "sparse.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"device_name": "Fake GPU", "tune_params_keys": list(values), "tune_params": values,
+                   "cache": cache}, f)
+    ds = load_kernel_tuner_cache(path)
+    assert ds.space.cartesian_size == 30**6 and ds.space.size_is_exact and ds.space.size == len(keys)
+    for strategy in ("random", "auto"):
+        run = replay_run(path, strategy, 60, seed=1)
+        assert run.trials == 60 and run.failures == 0 and 0 < run.score <= 1
+    again = [replay_run(path, "auto", 60, seed=1).score for _ in range(2)]
+    assert again[0] == again[1]

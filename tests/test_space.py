@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tensortune.space import (Boolean, Categorical, Config, Coupled, IntRange, Ordinal, PowerOfTwo, Space,
-                              SpaceError)
+from tensortune.space import (Boolean, Categorical, Config, Constraint, Coupled, IntRange, Ordinal, PowerOfTwo,
+                              Space, SpaceError)
 
 
 def tiled_space():
@@ -94,6 +94,56 @@ def test_huge_single_group_still_samples_validly():
     samples = s.sample(5, seed=0)
     assert all(cfg["x"] + cfg["y"] == 20000 for cfg in samples)
     assert len({cfg["x"] for cfg in samples}) > 1
+
+
+def test_table_constraint_is_walked_row_by_row_however_large_the_product():
+    params = {f"p{i}": list(range(40)) for i in range(6)}  # 40^6 = 4.1e9 points
+    rng = np.random.default_rng(0)
+    rows = {tuple(int(v) for v in rng.integers(0, 40, 6)) for _ in range(3000)}
+    s = Space(params, constraints=[Constraint.allowed(list(params), rows), "p0 != p1"])
+    valid = {r for r in rows if r[0] != r[1]}
+    assert s.size_is_exact and s.size == len(valid)
+    assert {tuple(c.values()) for c in s} == valid
+    samples = s.sample(500, seed=1)
+    assert all(tuple(c.values()) in valid for c in samples) and len(set(samples)) > 400
+    assert s.is_valid(dict(zip(params, next(iter(valid)))))
+    assert not s.is_valid(dict(zip(params, (39,) * 6))) or (39,) * 6 in valid
+
+
+def test_table_constraint_over_some_parameters_and_a_coupled_one():
+    s = Space({"A, B": [(1, 2), (3, 4), (5, 6)], "C": [1, 2, 3], "D": [0, 1]},
+              constraints=[Constraint.allowed(["A", "B", "C"], [(1, 2, 3), (5, 6, 1), (7, 8, 1)]), "C + D < 4"])
+    assert sorted((c["A"], c["C"], c["D"]) for c in s) == [(1, 3, 0), (5, 1, 0), (5, 1, 1)]  # (7, 8) is no choice
+    split = Space({"A, B": [(1, 2), (3, 4)], "C": [1, 2]},  # the table splits A, B: checked as a predicate
+                  constraints=[Constraint.allowed(["A", "C"], [(3, 2)])])
+    assert [c.as_dict() for c in split] == [{"A": 3, "B": 4, "C": 2}]
+
+
+@pytest.mark.parametrize("names, rows, message", [
+    (["a", "a"], [(1, 1)], "distinct names"),
+    (["a", "b"], [(1,)], "has 1 values for the 2 names"),
+    (["a"], [([1],)], "cannot be hashed"),
+    (["a"], [], "has no rows"),
+])
+def test_bad_table_constraints_are_named(names, rows, message):
+    with pytest.raises(SpaceError, match=message):
+        Constraint.allowed(names, rows)
+
+
+def test_table_with_no_row_in_the_space_is_refused():
+    with pytest.raises(SpaceError, match="no valid configuration"):
+        Space({"a": [1, 2]}, constraints=[Constraint.allowed(["a"], [(3,)])])
+
+
+def test_sparse_huge_group_samples_uniformly_by_rejection():
+    # 1% of 10^8 points valid, checkable only once every parameter is assigned
+    weights = [1, 3, 7, 11, 13, 17, 19, 23]
+    rule = " + ".join(f"{w} * p{i}" for i, w in enumerate(weights))
+    s = Space({f"p{i}": list(range(10)) for i in range(8)}, constraints=[f"({rule}) % 97 == 7"])
+    assert not s.size_is_exact and abs(s.size - 10**8 / 97) < 10**8 / 97 * 0.2
+    samples = s.sample(300, seed=0)
+    assert all(sum(w * v for w, v in zip(weights, c.values())) % 97 == 7 for c in samples)
+    assert len(set(samples)) == 300
 
 
 def test_parameter_kinds():

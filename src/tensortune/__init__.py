@@ -16,6 +16,7 @@ _LAZY = {
     "Space": "tensortune.space", "Config": "tensortune.space", "Categorical": "tensortune.space",
     "Ordinal": "tensortune.space", "PowerOfTwo": "tensortune.space", "IntRange": "tensortune.space",
     "Boolean": "tensortune.space", "Coupled": "tensortune.space", "SpaceError": "tensortune.space",
+    "Constraint": "tensortune.space",
     "Tuner": "tensortune.tuner", "Budget": "tensortune.tuner", "TuneResult": "tensortune.tuner",
     "Database": "tensortune.db", "Workload": "tensortune.db", "Target": "tensortune.db",
     "ErrorKind": "tensortune.measure", "MeasureResult": "tensortune.measure", "Timer": "tensortune.measure",

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..measure import BuildResult, ErrorKind, MeasureResult
-from ..space import Config, Space, SpaceError
+from ..space import Config, Constraint, Space, SpaceError
 
 # Kernel Tuner's failure markers, as recorded in `time`
 ERROR_KINDS = {
@@ -163,10 +163,7 @@ def load_kernel_tuner_cache(path: str | os.PathLike[str]) -> ReplayDataset:
     if not results:
         raise ValueError(f"{path}: the cache is empty")
 
-    def measured(cfg: dict[str, Any]) -> bool:
-        return tuple(cfg[n] for n in names) in members
-
-    measured.__name__ = "in_kernel_tuner_cache"
+    measured = Constraint.allowed(names, members, text="in_kernel_tuner_cache")
     try:
         space = Space({n: tune_params[n] for n in names}, constraints=[measured])
     except SpaceError as exc:

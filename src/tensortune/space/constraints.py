@@ -1,12 +1,18 @@
-"""Constraints over parameter names: Python expression strings or callables.
+"""Constraints over parameter names: Python expression strings, callables, or tables.
 
 A constraint knows which names it reads, so the space can check it as soon as those
 names are assigned (pruning enumeration and sampling) and split independent groups.
+A table (`Constraint.allowed`) lists the valid combinations outright, as a measured
+cache or a list of hand-picked configurations does; the space then walks its rows
+instead of the product of its parameters, however large that product is.
 
 Example:
     >>> c = Constraint.make("BLOCK_M * BLOCK_K <= 8192", {"BLOCK_M", "BLOCK_K", "X"})
     >>> sorted(c.names), c({"BLOCK_M": 64, "BLOCK_K": 64})
     (['BLOCK_K', 'BLOCK_M'], True)
+    >>> t = Constraint.allowed(["BLOCK_M", "BLOCK_K"], [(64, 32), (128, 16)])
+    >>> t({"BLOCK_M": 64, "BLOCK_K": 32}), t({"BLOCK_M": 64, "BLOCK_K": 16})
+    (True, False)
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ from __future__ import annotations
 import ast
 import inspect
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .params import SpaceError
@@ -29,12 +35,21 @@ _SAFE_BUILTINS: dict[str, Any] = {
 
 
 @dataclass(frozen=True)
+class Table:
+    """The valid combinations of some names: each row gives their values in `names` order."""
+
+    names: tuple[str, ...]
+    rows: frozenset[tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
 class Constraint:
     """A predicate over some parameter names; `text` is how errors name it."""
 
     names: frozenset[str]
     text: str
     predicate: Callable[[Mapping[str, Any]], bool]
+    table: Table | None = field(default=None, compare=False, repr=False)
 
     def __call__(self, values: Mapping[str, Any]) -> bool:
         try:
@@ -56,6 +71,31 @@ class Constraint:
         if callable(spec):
             return _from_callable(spec, known)
         raise SpaceError(f"a constraint must be an expression string or a callable, got {spec!r}")
+
+    @staticmethod
+    def allowed(names: Sequence[str], rows: Iterable[Sequence[Any]], text: str | None = None) -> "Constraint":
+        """Only these combinations of `names` are valid (one row of values per combination)."""
+        names = tuple(names)
+        if not names or len(set(names)) != len(names):
+            raise SpaceError(f"a table constraint needs distinct names, got {names}")
+        table_rows = set()
+        for row in rows:
+            row = tuple(row)
+            if len(row) != len(names):
+                raise SpaceError(f"table row {row} has {len(row)} values for the {len(names)} names {names}")
+            try:
+                table_rows.add(row)
+            except TypeError:
+                raise SpaceError(f"table row {row} holds a value that cannot be hashed") from None
+        if not table_rows:
+            raise SpaceError(f"the table constraint over {names} has no rows")
+        table = Table(names, frozenset(table_rows))
+
+        def predicate(values: Mapping[str, Any]) -> bool:
+            return tuple(values[n] for n in names) in table.rows
+
+        label = text or f"({', '.join(names)}) in a table of {len(table_rows)} rows"
+        return Constraint(frozenset(names), label, predicate, table)
 
 
 def _from_expression(text: str, known: set[str]) -> Constraint:

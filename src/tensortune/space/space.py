@@ -18,7 +18,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -29,74 +29,143 @@ from .constraints import Constraint
 from .params import Param, SpaceError, infer_param
 
 Point = tuple[int, ...]  # one choice index per parameter
-ENUMERATE_LIMIT = 1_000_000  # groups up to this cartesian size are enumerated once when needed
+ENUMERATE_LIMIT = 1_000_000  # groups of up to this many points to walk are enumerated once when needed
+REJECTION_TRIES = 2048  # uniform draws before a huge group is searched depth-first instead
+REJECTION_BLOCK = 32  # drawn at once
 
 
 class _Group:
-    """Parameters tied together by constraints; enumerated on demand when small."""
+    """Parameters tied together by constraints; enumerated on demand when small.
+
+    The group is walked in steps: one parameter per step, except that the parameters a
+    table constraint covers are one step whose choices are the table's rows."""
 
     def __init__(self, space: "Space", param_ids: list[int], constraints: list[Constraint]) -> None:
         self.space = space
         self.param_ids = param_ids
         self.constraints = constraints
         self.cartesian_size = math.prod(len(space.params[i]) for i in param_ids)
+        params = [space.params[i] for i in param_ids]
+        table, rows, covered = self._table_rows(params)
+        free = [k for k in range(len(params)) if k not in covered]
+        # each step: the group positions it assigns and its choices (index tuples)
+        self._steps: list[tuple[tuple[int, ...], Sequence[tuple[int, ...]] | int]] = []
+        if table is not None:
+            self._steps.append((tuple(covered), rows))
+        self._steps += [((k,), len(params[k])) for k in free]
+        self.search_size = math.prod(_count(choices) for _, choices in self._steps)
         # check each constraint right after the last parameter it reads is assigned
-        self._checks_at: list[list[Constraint]] = [[] for _ in param_ids]
-        position = {name: k for k, i in enumerate(param_ids) for name in space.params[i].names}
+        step_of = {name: s for s, (positions, _) in enumerate(self._steps)
+                   for k in positions for name in params[k].names}
+        self._checks_at: list[list[Constraint]] = [[] for _ in self._steps]
         for c in constraints:
-            at = max((position[n] for n in c.names), default=0)
-            self._checks_at[at].append(c)
+            if c is not table:  # its rows satisfy it by construction
+                self._checks_at[max((step_of[n] for n in c.names), default=0)].append(c)
+
+    def _table_rows(self, params: list[Param]) -> tuple[Constraint | None, list[tuple[int, ...]], list[int]]:
+        """The table constraint with the fewest rows that covers whole parameters, its rows
+        as choice indices of those parameters (rows naming no choice dropped), and their
+        positions in the group."""
+        tables = [c for c in self.constraints if c.table is not None]
+        for c in sorted(tables, key=lambda c: len(c.table.rows)):  # type: ignore[union-attr]
+            table = c.table
+            assert table is not None
+            covered = [k for k, p in enumerate(params) if set(p.names) <= set(table.names)]
+            if {n for k in covered for n in params[k].names} != set(table.names):
+                continue  # the table splits a coupled parameter: check it as a predicate
+            columns = [[table.names.index(n) for n in params[k].names] for k in covered]
+            memo: list[dict[tuple[Any, ...], int | None]] = [{} for _ in covered]
+            rows = []
+            for row in table.rows:
+                point = []
+                for m, (k, cols) in enumerate(zip(covered, columns)):
+                    key = tuple(row[j] for j in cols)
+                    if key not in memo[m]:
+                        try:
+                            memo[m][key] = params[k].index_of(dict(zip(params[k].names, key)))
+                        except (KeyError, ValueError, TypeError):
+                            memo[m][key] = None
+                    if memo[m][key] is None:
+                        break
+                    point.append(memo[m][key])
+                else:
+                    rows.append(tuple(point))
+            rows.sort()
+            return c, rows, covered
+        return None, [], []
 
     @property
     def enumerable(self) -> bool:
-        return self.cartesian_size <= ENUMERATE_LIMIT
+        return self.search_size <= ENUMERATE_LIMIT
 
     @cached_property
     def valid(self) -> list[tuple[int, ...]]:
         return list(self.iterate())
 
-    def iterate(self, order: Callable[[int], Sequence[int]] | None = None) -> Iterator[tuple[int, ...]]:
+    def iterate(self, order: Callable[[int], Iterable[int]] | None = None) -> Iterator[tuple[int, ...]]:
         """Depth-first over the group's choices, pruning as soon as a constraint fails."""
         params = [self.space.params[i] for i in self.param_ids]
         values: dict[str, Any] = {}
-        chosen: list[int] = []
+        chosen = [0] * len(params)
+        checked = any(self._checks_at)  # a lone table needs no values to check
 
-        def walk(k: int) -> Iterator[tuple[int, ...]]:
-            if k == len(params):
+        def walk(s: int) -> Iterator[tuple[int, ...]]:
+            if s == len(self._steps):
                 yield tuple(chosen)
                 return
-            indices = order(len(params[k])) if order else range(len(params[k]))
-            for idx in indices:
-                values.update(params[k].assignment(idx))
-                if all(c(values) for c in self._checks_at[k]):
-                    chosen.append(idx)
-                    yield from walk(k + 1)
-                    chosen.pop()
+            positions, choices = self._steps[s]
+            n = _count(choices)
+            for c in (order(n) if order else range(n)):
+                picks = (c,) if isinstance(choices, int) else choices[c]
+                for k, idx in zip(positions, picks):
+                    if checked:
+                        values.update(params[k].assignment(idx))
+                    chosen[k] = idx
+                if all(check(values) for check in self._checks_at[s]):
+                    yield from walk(s + 1)
 
-        if not params:
-            return iter([()])
         return walk(0)
+
+    def random_points(self, rng: np.random.Generator, n: int) -> Iterator[tuple[int, ...]]:
+        """`n` uniform draws over the group's steps (not necessarily valid)."""
+        counts = [_count(choices) for _, choices in self._steps]
+        draws = rng.integers(0, counts, size=(n, len(counts))).tolist()
+        for row in draws:
+            point = [0] * len(self.param_ids)
+            for (positions, choices), c in zip(self._steps, row):
+                for k, idx in zip(positions, (c,) if isinstance(choices, int) else choices[c]):
+                    point[k] = idx
+            yield tuple(point)
 
     def sample(self, rng: np.random.Generator) -> tuple[int, ...]:
         if self.enumerable:
             valid = self.valid
-            return valid[int(rng.integers(len(valid)))]
-        params = [self.space.params[i] for i in self.param_ids]
-        for _ in range(256):  # rejection sampling is exactly uniform when it succeeds
-            point = tuple(int(rng.integers(len(p))) for p in params)
-            if self.is_valid(point):
+            if valid:
+                return valid[int(rng.integers(len(valid)))]
+        elif all(_count(choices) for _, choices in self._steps):
+            for _ in range(REJECTION_TRIES // REJECTION_BLOCK):
+                for point in self.random_points(rng, REJECTION_BLOCK):  # the first valid draw is uniform
+                    if self.is_valid(point):
+                        return point
+            # tight constraints over a huge group: a random-order depth-first search
+            for point in self.iterate(order=lambda n: _random_order(rng, n)):
                 return point
-        # tight constraints over a huge group: a random-order depth-first search
-        for point in self.iterate(order=lambda n: _random_order(rng, n)):
-            return point
         raise SpaceError("no valid configuration for parameters "
                          f"{[self.space.params[i].names for i in self.param_ids]}")
+
+    def valid_fraction(self, draws: int = 20000) -> float:
+        """The share of uniform draws over the group's steps that are valid."""
+        return sum(map(self.is_valid, self.random_points(np.random.default_rng(0), draws))) / draws
 
     def is_valid(self, point: Sequence[int]) -> bool:
         values: dict[str, Any] = {}
         for i, idx in zip(self.param_ids, point):
             values.update(self.space.params[i].assignment(idx))
         return all(c(values) for c in self.constraints)
+
+
+def _count(choices: Sequence[Any] | int) -> int:
+    return choices if isinstance(choices, int) else len(choices)
 
 
 def _random_order(rng: np.random.Generator, n: int) -> Iterator[int]:
@@ -210,20 +279,12 @@ class Space:
             elif g.enumerable:
                 total *= len(g.valid)
             else:
-                total *= max(1, round(g.cartesian_size * self._valid_fraction(g)))
+                total *= max(1, round(g.search_size * g.valid_fraction()))
         return total
 
     @property
     def size_is_exact(self) -> bool:
         return all(not g.constraints or g.enumerable for g in self._groups)
-
-    def _valid_fraction(self, g: _Group, draws: int = 20000) -> float:
-        rng = np.random.default_rng(0)
-        params = [self.params[i] for i in g.param_ids]
-        hits = sum(
-            g.is_valid(tuple(int(rng.integers(len(p))) for p in params)) for _ in range(draws)
-        )
-        return hits / draws
 
     # ---- configurations ----------------------------------------------------------
     def to_config(self, point: Sequence[int]) -> Config:
