@@ -98,7 +98,7 @@ def test_real_dataset(shared_datasets):
 
 def test_cache_of_a_sparse_huge_product_is_an_exact_space_that_strategies_search(tmp_path):
     """Like hotspot's caches: the measured configurations are a sliver of the product of
-    the parameters (here 5,000 of 8.5e8), so the space is walked row by row."""
+    the parameters (here 5,000 of 7.3e8), so the space is walked row by row."""
     import numpy as np
 
     from tensortune.bench.replay import replay_run
