@@ -148,7 +148,7 @@ def load_kernel_tuner_cache(path: str | os.PathLike[str]) -> ReplayDataset:
     names = list(data.get("tune_params_keys") or tune_params)
     by_text = [{str(v): v for v in tune_params[n]} for n in names]
     results: dict[Config, MeasureResult] = {}
-    members: set[tuple[Any, ...]] = set()
+    members: list[tuple[Any, ...]] = []  # the cache's keys are distinct
     for key, rec in data["cache"].items():
         parts = key.split(",")
         if len(parts) != len(names):
@@ -158,7 +158,7 @@ def load_kernel_tuner_cache(path: str | os.PathLike[str]) -> ReplayDataset:
         except KeyError as exc:
             raise ValueError(f"{path}: cache key {key!r} has value {exc} outside tune_params") from None
         config = Config(dict(zip(names, values)))
-        members.add(values)
+        members.append(values)
         results[config] = _record_result(config, rec)
     if not results:
         raise ValueError(f"{path}: the cache is empty")

@@ -78,24 +78,26 @@ class Constraint:
         names = tuple(names)
         if not names or len(set(names)) != len(names):
             raise SpaceError(f"a table constraint needs distinct names, got {names}")
-        table_rows = set()
-        for row in rows:
-            row = tuple(row)
-            if len(row) != len(names):
-                raise SpaceError(f"table row {row} has {len(row)} values for the {len(names)} names {names}")
-            try:
-                table_rows.add(row)
-            except TypeError:
-                raise SpaceError(f"table row {row} holds a value that cannot be hashed") from None
-        if not table_rows:
+        table = Table(names, frozenset(_table_row(row, names) for row in rows))
+        if not table.rows:
             raise SpaceError(f"the table constraint over {names} has no rows")
-        table = Table(names, frozenset(table_rows))
 
         def predicate(values: Mapping[str, Any]) -> bool:
             return tuple(values[n] for n in names) in table.rows
 
-        label = text or f"({', '.join(names)}) in a table of {len(table_rows)} rows"
+        label = text or f"({', '.join(names)}) in a table of {len(table.rows)} rows"
         return Constraint(frozenset(names), label, predicate, table)
+
+
+def _table_row(row: Sequence[Any], names: tuple[str, ...]) -> tuple[Any, ...]:
+    row = tuple(row)
+    if len(row) != len(names):
+        raise SpaceError(f"table row {row} has {len(row)} values for the {len(names)} names {names}")
+    try:
+        hash(row)
+    except TypeError:
+        raise SpaceError(f"table row {row} holds a value that cannot be hashed") from None
+    return row
 
 
 def _from_expression(text: str, known: set[str]) -> Constraint:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -34,6 +35,19 @@ REJECTION_TRIES = 2048  # uniform draws before a huge group is searched depth-fi
 REJECTION_BLOCK = 32  # drawn at once
 
 
+@dataclass(frozen=True)
+class _Step:
+    """One step of a group's walk: the group positions it assigns, and its choices (one
+    parameter's indices, or a table's rows as index tuples for those positions)."""
+
+    positions: tuple[int, ...]
+    size: int
+    rows: Sequence[tuple[int, ...]] | None = None
+
+    def pick(self, choice: int) -> tuple[int, ...]:
+        return self.rows[choice] if self.rows is not None else (choice,)
+
+
 class _Group:
     """Parameters tied together by constraints; enumerated on demand when small.
 
@@ -47,16 +61,12 @@ class _Group:
         self.cartesian_size = math.prod(len(space.params[i]) for i in param_ids)
         params = [space.params[i] for i in param_ids]
         table, rows, covered = self._table_rows(params)
-        free = [k for k in range(len(params)) if k not in covered]
-        # each step: the group positions it assigns and its choices (index tuples)
-        self._steps: list[tuple[tuple[int, ...], Sequence[tuple[int, ...]] | int]] = []
-        if table is not None:
-            self._steps.append((tuple(covered), rows))
-        self._steps += [((k,), len(params[k])) for k in free]
-        self.search_size = math.prod(_count(choices) for _, choices in self._steps)
+        self._steps = [_Step(tuple(covered), len(rows), rows)] if table is not None else []
+        self._steps += [_Step((k,), len(params[k])) for k in range(len(params)) if k not in covered]
+        self.search_size = math.prod(step.size for step in self._steps)
         # check each constraint right after the last parameter it reads is assigned
-        step_of = {name: s for s, (positions, _) in enumerate(self._steps)
-                   for k in positions for name in params[k].names}
+        step_of = {name: s for s, step in enumerate(self._steps)
+                   for k in step.positions for name in params[k].names}
         self._checks_at: list[list[Constraint]] = [[] for _ in self._steps]
         for c in constraints:
             if c is not table:  # its rows satisfy it by construction
@@ -66,32 +76,16 @@ class _Group:
         """The table constraint with the fewest rows that covers whole parameters, its rows
         as choice indices of those parameters (rows naming no choice dropped), and their
         positions in the group."""
-        tables = [c for c in self.constraints if c.table is not None]
-        for c in sorted(tables, key=lambda c: len(c.table.rows)):  # type: ignore[union-attr]
-            table = c.table
-            assert table is not None
-            covered = [k for k, p in enumerate(params) if set(p.names) <= set(table.names)]
-            if {n for k in covered for n in params[k].names} != set(table.names):
+        tables = sorted((c for c in self.constraints if c.table is not None),
+                        key=lambda c: len(c.table.rows))  # type: ignore[union-attr]
+        for constraint in tables:
+            names = constraint.table.names  # type: ignore[union-attr]
+            covered = [k for k, p in enumerate(params) if set(p.names) <= set(names)]
+            if {n for k in covered for n in params[k].names} != set(names):
                 continue  # the table splits a coupled parameter: check it as a predicate
-            columns = [[table.names.index(n) for n in params[k].names] for k in covered]
-            memo: list[dict[tuple[Any, ...], int | None]] = [{} for _ in covered]
-            rows = []
-            for row in table.rows:
-                point = []
-                for m, (k, cols) in enumerate(zip(covered, columns)):
-                    key = tuple(row[j] for j in cols)
-                    if key not in memo[m]:
-                        try:
-                            memo[m][key] = params[k].index_of(dict(zip(params[k].names, key)))
-                        except (KeyError, ValueError, TypeError):
-                            memo[m][key] = None
-                    if memo[m][key] is None:
-                        break
-                    point.append(memo[m][key])
-                else:
-                    rows.append(tuple(point))
-            rows.sort()
-            return c, rows, covered
+            lookups = [_choice_lookup(params[k], [names.index(n) for n in params[k].names]) for k in covered]
+            points = (tuple(lookup(row) for lookup in lookups) for row in constraint.table.rows)  # type: ignore[union-attr]
+            return constraint, sorted(p for p in points if None not in p), covered  # type: ignore[misc]
         return None, [], []
 
     @property
@@ -113,11 +107,9 @@ class _Group:
             if s == len(self._steps):
                 yield tuple(chosen)
                 return
-            positions, choices = self._steps[s]
-            n = _count(choices)
-            for c in (order(n) if order else range(n)):
-                picks = (c,) if isinstance(choices, int) else choices[c]
-                for k, idx in zip(positions, picks):
+            step = self._steps[s]
+            for c in (order(step.size) if order else range(step.size)):
+                for k, idx in zip(step.positions, step.pick(c)):
                     if checked:
                         values.update(params[k].assignment(idx))
                     chosen[k] = idx
@@ -128,12 +120,11 @@ class _Group:
 
     def random_points(self, rng: np.random.Generator, n: int) -> Iterator[tuple[int, ...]]:
         """`n` uniform draws over the group's steps (not necessarily valid)."""
-        counts = [_count(choices) for _, choices in self._steps]
-        draws = rng.integers(0, counts, size=(n, len(counts))).tolist()
+        draws = rng.integers(0, [step.size for step in self._steps], size=(n, len(self._steps))).tolist()
         for row in draws:
             point = [0] * len(self.param_ids)
-            for (positions, choices), c in zip(self._steps, row):
-                for k, idx in zip(positions, (c,) if isinstance(choices, int) else choices[c]):
+            for step, c in zip(self._steps, row):
+                for k, idx in zip(step.positions, step.pick(c)):
                     point[k] = idx
             yield tuple(point)
 
@@ -142,7 +133,7 @@ class _Group:
             valid = self.valid
             if valid:
                 return valid[int(rng.integers(len(valid)))]
-        elif all(_count(choices) for _, choices in self._steps):
+        else:  # every step has choices: an empty table makes the group enumerable (size 0)
             for _ in range(REJECTION_TRIES // REJECTION_BLOCK):
                 for point in self.random_points(rng, REJECTION_BLOCK):  # the first valid draw is uniform
                     if self.is_valid(point):
@@ -164,8 +155,21 @@ class _Group:
         return all(c(values) for c in self.constraints)
 
 
-def _count(choices: Sequence[Any] | int) -> int:
-    return choices if isinstance(choices, int) else len(choices)
+def _choice_lookup(param: Param, columns: list[int]) -> Callable[[tuple[Any, ...]], int | None]:
+    """Maps a table row (its values at `columns`) to a choice index of `param`, or None
+    where the row names no choice; each distinct value is looked up once."""
+    memo: dict[tuple[Any, ...], int | None] = {}
+
+    def lookup(row: tuple[Any, ...]) -> int | None:
+        key = tuple(row[j] for j in columns)
+        if key not in memo:
+            try:
+                memo[key] = param.index_of(dict(zip(param.names, key)))
+            except (KeyError, ValueError, TypeError):
+                memo[key] = None
+        return memo[key]
+
+    return lookup
 
 
 def _random_order(rng: np.random.Generator, n: int) -> Iterator[int]:
