@@ -12,7 +12,8 @@ same in-memory runner, side by side in one run:
 - `rules`: the five constraints as expression strings (how a user would write them).
 
 Prints, per way and strategy, the wall seconds of building the space and of a tuning run
-at each budget (the runner answers instantly, so that is all search), and writes JSON.
+at each budget (the runner answers instantly, so that is all search), and what reading the
+space as a Kernel Tuner cache costs (in a fresh process), and writes JSON.
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/large_space.py [--budgets 20,100,200] [--json docs/benchmarks/large_space.json]
@@ -21,9 +22,13 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 
@@ -98,6 +103,29 @@ def build(way: str, rows: list[tuple[int, ...]]) -> Space:
     return Space(PARAMS, constraints=RULES)
 
 
+def load_cache(rows: list[tuple[int, ...]], times: np.ndarray) -> dict[str, float]:
+    """Write the rows as a gzipped Kernel Tuner cache, and read it back in a fresh process:
+    its wall seconds and the memory the read dataset holds."""
+    code = ("import sys, time\n"
+            "from tensortune.datasets import load_kernel_tuner_cache\n"
+            "def rss():  # resident kB now (Linux)\n"
+            "    return int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1])\n"
+            "before, start = rss(), time.perf_counter()\n"
+            "ds = load_kernel_tuner_cache(sys.argv[1])\n"
+            "print(time.perf_counter() - start, ds.space.size, (rss() - before) / 1024)\n")
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "hotspot_like.json.gz")
+        cache = {",".join(map(str, r)): {"time": t, "compile_time": 500.0, "benchmark_time": 20.0}
+                 for r, t in zip(rows, times.tolist())}
+        with gzip.open(path, "wt") as f:
+            json.dump({"device_name": "synthetic", "tune_params_keys": list(PARAMS), "tune_params": PARAMS,
+                       "cache": cache}, f)
+        seconds, size, megabytes = subprocess.run([sys.executable, "-c", code, path], check=True, text=True,
+                                                  capture_output=True).stdout.split()
+    assert int(size) == len(rows)
+    return {"seconds": round(float(seconds), 2), "memory_mb": round(float(megabytes))}
+
+
 def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -113,10 +141,13 @@ def main() -> None:
     rows, times = valid_rows()
     rules = Space(PARAMS, constraints=RULES)
     assert all(rules.is_valid(dict(zip(PARAMS, r))) for r in rows[::997]), "RULES and valid_rows disagree"
-    assert all(tuple(c.values()) in set(rows) for c in rules.sample(200, seed=0)), "RULES and valid_rows disagree"
+    members = set(rows)
+    assert all(tuple(c.values()) in members for c in rules.sample(200, seed=0)), "RULES and valid_rows disagree"
     runner = TableRunner(dict(zip(rows, times.tolist())))
     out: dict = {"valid": len(rows), "cartesian": int(np.prod([len(v) for v in PARAMS.values()])),
                  "machine": platform.platform(), "python": platform.python_version(), "ways": {}}
+    out["cache_load"] = load_cache(rows, times)
+    print(f"reading it as a Kernel Tuner cache: {out['cache_load']}", flush=True)
     for way in args.ways.split(","):
         start = time.perf_counter()
         space = build(way, rows)
