@@ -114,7 +114,7 @@ def test_cache_of_a_sparse_huge_product_is_an_exact_space_that_strategies_search
                    "cache": cache}, f)
     ds = load_kernel_tuner_cache(path)
     assert ds.space.cartesian_size == 30**6 and ds.space.size_is_exact and ds.space.size == len(keys)
-    for strategy in ("random", "auto", "annealing", "genetic", "evolutionary", "model_based", "local"):
+    for strategy in ("random", "auto", "annealing", "genetic", "evolutionary", "model_based", "local", "bandit"):
         run = replay_run(path, strategy, 60, seed=1)
         assert run.trials == 60 and run.failures == 0 and 0 < run.score <= 1
     again = [replay_run(path, "auto", 60, seed=1).score for _ in range(2)]

@@ -14,7 +14,7 @@ from tensortune.tuner import Tuner
 STRATEGIES = [
     ("exhaustive", {}), ("random", {}), ("annealing", {}), ("annealing", {"energy": "model"}),
     ("genetic", {}), ("evolutionary", {}), ("evolutionary", {"explore_switches": False}),
-    ("model_based", {}), ("local", {}), ("auto", {}),
+    ("model_based", {}), ("local", {}), ("auto", {}), ("bandit", {}),
 ]
 IDS = [name + ("-" + "-".join(f"{v}" for v in opts.values()) if opts else "") for name, opts in STRATEGIES]
 
@@ -83,7 +83,7 @@ def test_finds_good_points_and_survives_failures(name, options):
     result = tune(name, bowl_space(), bowl, budget=80, seed=1, options=options)
     assert result.failures > 0 or name == "exhaustive"
     assert result.best is not None
-    if name in ("evolutionary", "model_based", "auto", "annealing", "local", "genetic"):
+    if name in ("evolutionary", "model_based", "auto", "annealing", "local", "genetic", "bandit"):
         assert result.best_time <= 1.5 * BOWL_OPTIMUM, result.best.config
 
 
@@ -156,6 +156,50 @@ def test_auto_is_exhaustive_when_the_budget_covers_the_space():
     small = Space({"a": [1, 2, 3]})
     assert type(create_strategy("auto", small, budget=10).inner).__name__ == "ExhaustiveSearch"
     assert type(create_strategy("auto", bowl_space(), budget=10).inner).__name__ != "ExhaustiveSearch"
+
+
+def test_bandit_arms_share_one_history_and_never_propose_twice():
+    space = bowl_space()
+    bandit = create_strategy("bandit", space, seed=2, budget=60)
+    while len(bandit.history) < 60:
+        bandit.tell([MeasureResult(c, (bowl(c) or 1.0,)) for c in bandit.ask(4)])
+    assert sum(bandit.uses.values()) == 60 and all(bandit.uses.values())
+    for arm in bandit.arms.values():
+        # every arm was told all 60 results, whoever proposed them
+        assert len(arm.history) == 60 and len(arm.measured) == 60
+
+
+def test_bandit_gives_the_measurements_to_the_arm_that_keeps_improving():
+    space = Space({"a": list(range(400))})
+    # exhaustive walks a = 0, 1, 2, ... from the slow end: once random search has drawn any
+    # larger a, none of exhaustive's points is a new best, while random's often are
+    bandit = create_strategy("bandit", space, seed=0, budget=100, arms=("exhaustive", "random"))
+    for _ in range(100):
+        bandit.tell([MeasureResult(c, (1000.0 - c["a"],)) for c in bandit.ask(1)])
+    assert bandit.uses["random"] > 2 * bandit.uses["exhaustive"], bandit.uses
+    assert bandit.uses["exhaustive"] >= 2  # the exploration bonus still tries it now and then
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"arms": ()}, "at least one arm"),
+    ({"arms": ("local", "local")}, "distinct"),
+    ({"arms": ("local", "psychic")}, "unknown strategy 'psychic'"),
+    ({"arm_options": {"genetic": {}}, "arms": ("local",)}, "not arms"),
+    ({"window": 0}, "window"),
+])
+def test_bandit_names_bad_options(options, error):
+    with pytest.raises(ValueError, match=error):
+        create_strategy("bandit", bowl_space(), **options)
+
+
+def test_bandit_hands_a_prior_to_its_model_guided_arms():
+    from tensortune.model.xgb_rank import XGBRankModel
+
+    bandit = create_strategy("bandit", bowl_space(), seed=0, budget=30)
+    assert bandit.accepts_prior
+    assert bandit.use_prior(XGBRankModel(seed=0))
+    assert bandit.arms["evolutionary"].random_start == 0
+    assert not create_strategy("bandit", bowl_space(), arms=("random", "local")).accepts_prior
 
 
 def test_annealing_rejects_an_unknown_energy():

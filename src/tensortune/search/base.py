@@ -60,6 +60,10 @@ class SearchStrategy(ABC):
         comes from other devices only, so measure part of the usual random start first."""
         return False
 
+    def exclude(self, configs: Sequence[Config]) -> None:
+        """Never propose `configs`: another searcher sharing this history will measure them."""
+        self.seen.update(configs)
+
     def propose(self, config: Config) -> bool:
         """Mark `config` as proposed; False if it was already seen."""
         if config in self.seen:
@@ -88,6 +92,10 @@ class WrappingStrategy(SearchStrategy):
                   explore: bool = False) -> bool:
         return self.inner.use_prior(model, workload_key, explore=explore)
 
+    def exclude(self, configs: Sequence[Config]) -> None:
+        super().exclude(configs)
+        self.inner.exclude(configs)
+
 
 # name -> "module:Class", imported on first use
 _REGISTRY: dict[str, str] = {
@@ -99,6 +107,7 @@ _REGISTRY: dict[str, str] = {
     "annealing": "tensortune.search.annealing:SimulatedAnnealing",
     "genetic": "tensortune.search.genetic:GeneticSearch",
     "local": "tensortune.search.local:LocalSearch",
+    "bandit": "tensortune.search.bandit:BanditSearch",
 }
 
 

@@ -78,6 +78,10 @@ class PlannedSearch(SearchStrategy):
                 out.append(config)
         return out
 
+    def exclude(self, configs: Sequence[Config]) -> None:
+        super().exclude(configs)
+        self.seen_points.update(p for p in map(self.ops.point, configs) if p is not None)
+
     def tell(self, results: Sequence[MeasureResult]) -> None:
         super().tell(results)
         for r in results:
