@@ -180,6 +180,21 @@ def test_bandit_gives_the_measurements_to_the_arm_that_keeps_improving():
     assert bandit.uses["exhaustive"] >= 2  # the exploration bonus still tries it now and then
 
 
+def test_bandit_hands_the_turn_of_an_arm_that_finds_nothing_to_another():
+    from tensortune.search import register_strategy
+    from tensortune.search.base import SearchStrategy
+
+    class NeverFindsAnything(SearchStrategy):
+        def ask(self, n):
+            return []
+
+    register_strategy("test_never_finds_anything", NeverFindsAnything)
+    space = Space({"a": list(range(12))})
+    result = tune("bandit", space, lambda cfg: 1.0 + cfg["a"], budget=12,
+                  options={"arms": ("test_never_finds_anything", "random")})
+    assert result.trials == 12 and result.best_time == 1.0
+
+
 @pytest.mark.parametrize("options, error", [
     ({"arms": ()}, "at least one arm"),
     ({"arms": ("local", "local")}, "distinct"),

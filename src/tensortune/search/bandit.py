@@ -94,13 +94,24 @@ class BanditSearch(SearchStrategy):
         tied = np.flatnonzero(scores == scores.max())
         return list(self.arms)[int(tied[self.rng.integers(len(tied))])]
 
+    def _ask_one(self) -> tuple[str, list[Config]]:
+        """One configuration from the chosen arm; an arm that finds nothing new (random
+        draws can miss the last unseen points of a large space) hands its turn to the
+        others, best-scored first."""
+        chosen = self._choose()
+        got = self.arms[chosen].ask(1)
+        if not got:
+            for arm in sorted((a for a in self.arms if a != chosen), key=self.score, reverse=True):
+                if got := self.arms[arm].ask(1):
+                    return arm, got
+        return chosen, got
+
     def ask(self, n: int) -> list[Config]:
         out: list[Config] = []
         while len(out) < n:
-            arm = self._choose()
-            got = self.arms[arm].ask(1)
+            arm, got = self._ask_one()
             if not got:
-                break  # every arm has seen what this one has: the space is exhausted
+                break  # the space is exhausted
             config = got[0]
             for other, strategy in self.arms.items():
                 if other != arm:
