@@ -180,15 +180,14 @@ def test_bandit_gives_the_measurements_to_the_arm_that_keeps_improving():
     assert bandit.uses["exhaustive"] >= 2  # the exploration bonus still tries it now and then
 
 
-def test_bandit_hands_the_turn_of_an_arm_that_finds_nothing_to_another():
-    from tensortune.search import register_strategy
-    from tensortune.search.base import SearchStrategy
+def test_bandit_hands_the_turn_of_an_arm_that_finds_nothing_to_another(monkeypatch):
+    from tensortune.search import base
 
-    class NeverFindsAnything(SearchStrategy):
+    class NeverFindsAnything(base.SearchStrategy):
         def ask(self, n):
             return []
 
-    register_strategy("test_never_finds_anything", NeverFindsAnything)
+    monkeypatch.setitem(base._REGISTRY, "test_never_finds_anything", NeverFindsAnything)
     space = Space({"a": list(range(12))})
     result = tune("bandit", space, lambda cfg: 1.0 + cfg["a"], budget=12,
                   options={"arms": ("test_never_finds_anything", "random")})
@@ -201,6 +200,7 @@ def test_bandit_hands_the_turn_of_an_arm_that_finds_nothing_to_another():
     ({"arms": ("local", "psychic")}, "unknown strategy 'psychic'"),
     ({"arm_options": {"genetic": {}}, "arms": ("local",)}, "not arms"),
     ({"window": 0}, "window"),
+    ({"exploration": -0.1}, "exploration"),
 ])
 def test_bandit_names_bad_options(options, error):
     with pytest.raises(ValueError, match=error):

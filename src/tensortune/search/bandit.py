@@ -68,6 +68,8 @@ class BanditSearch(SearchStrategy):
         unknown = set(arm_options or {}) - set(arms)
         if unknown:
             raise ValueError(f"arm_options name strategies that are not arms: {sorted(unknown)}")
+        if not exploration >= 0:
+            raise ValueError(f"exploration must be at least 0, got {exploration}")
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         seeds = np.random.SeedSequence(seed).generate_state(len(arms))
@@ -78,7 +80,6 @@ class BanditSearch(SearchStrategy):
         self.uses: dict[str, int] = {name: 0 for name in arms}
         self.outcomes: dict[str, deque[bool]] = {name: deque(maxlen=window) for name in arms}
         self._asked_by: dict[Config, str] = {}
-        self._best = math.inf
 
     def score(self, arm: str) -> float:
         """The arm's credit plus its exploration bonus (infinite before its first use)."""
@@ -123,14 +124,14 @@ class BanditSearch(SearchStrategy):
         return out
 
     def tell(self, results: Sequence[MeasureResult]) -> None:
-        super().tell(results)
+        best = self.best.time if self.best else math.inf
         for r in results:
-            improved = r.ok and r.time < self._best
-            if r.ok:
-                self._best = min(self._best, r.time)
             arm = self._asked_by.pop(r.config, None)
             if arm is not None:
-                self.outcomes[arm].append(bool(improved))
+                self.outcomes[arm].append(r.ok and r.time < best)
+            if r.ok:
+                best = min(best, r.time)
+        super().tell(results)
         for strategy in self.arms.values():
             strategy.tell(results)
 
