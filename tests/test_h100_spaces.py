@@ -81,7 +81,8 @@ def test_the_sketch_space_script_measures_the_generated_kernels_into_a_cache(tmp
 
 
 @pytest.mark.parametrize("folder, name", [("spaces", n) for n in sorted(SKETCH_SPACES)]
-                         + [("spaces_held_out", "sketch_matmul_relu_tall-H100")])
+                         + [("spaces_held_out", "sketch_matmul_relu_tall-H100"),
+                            ("spaces_held_out", "cuda_convolution-H100")])
 def test_the_sketch_spaces_were_measured_with_the_fixed_timer(folder, name):
     """Before the timer gave the GPU a lead, the first timed run of a configuration was 1.4 to
     1.6 times the others (the host's launching was timed too); a space measured so must not
@@ -103,3 +104,30 @@ def test_the_held_out_space_loads():
     ds = load_kernel_tuner_cache(os.path.join(ROOT, "docs", "benchmarks", "spaces_held_out",
                                               "sketch_matmul_relu_tall-H100.json.gz"))
     assert len(ds.results) == 3328 and ds.failures == 6  # 6 need more shared memory than the H100 has
+
+
+CUDA_CONVOLUTION = os.path.join(ROOT, "docs", "benchmarks", "spaces_held_out", "cuda_convolution-H100.json.gz")
+
+
+def test_the_cuda_convolution_space_loads_with_its_failures():
+    ds = load_kernel_tuner_cache(CUDA_CONVOLUTION)
+    assert len(ds.results) == 4362 and ds.failures == 14
+    # padded shared rows can pass the 48 KB the constraint allows unpadded: nvcc refuses those
+    assert all(c["use_shmem"] == 1 and c["use_padding"] == 1 for c, r in ds.results.items() if not r.ok)
+    run = replay_run(CUDA_CONVOLUTION, "auto", 30, seed=1)
+    assert run.trials == 30 and 0 < run.score <= 1
+
+
+def test_the_cuda_convolution_script_enumerates_kernel_tuners_convolution_space(shared_datasets):
+    """The script transcribes convolution_milo's constraints: it must allow exactly the
+    configurations of the A100 cache, and the cache it wrote must hold each of them."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from cuda_conv_space import configurations, key_of
+    finally:
+        sys.path.pop(0)
+    ours = {key_of(c) for c in configurations()}
+    with gzip.open(os.path.join(shared_datasets, "kernel_tuner", "convolution_milo-A100.json.gz")) as f:
+        assert ours == set(json.load(f)["cache"])
+    with gzip.open(CUDA_CONVOLUTION) as f:
+        assert ours == set(json.load(f)["cache"])
