@@ -9,9 +9,14 @@ with that database: with transfer (the search starts from a model pre-trained on
 source's records, `Tuner(transfer=True)`, the default) and cold (`transfer=False`).
 Score = t_opt / t_best_found on the target (1.0 = its optimum).
 
+`--pairs` names other directions: the same space measured on the H100 with our own kernel
+(docs/benchmarks/spaces_held_out/cuda_convolution-H100.json.gz, benchmarks/cuda_conv_space.py)
+is a third device, and a second implementation, to transfer to.
+
 Usage (from the repository root):
     .venv/bin/python benchmarks/transfer_devices.py [--repeats 20] [--budgets 20,50,100]
         [--source-budget 200] [--json docs/benchmarks/transfer_devices.json]
+        [--pairs convolution_milo-A100:cuda_convolution-H100,convolution_milo-A4000:cuda_convolution-H100]
 """
 
 from __future__ import annotations
@@ -31,13 +36,15 @@ from tensortune.tuner import Tuner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATASETS = os.path.join(HERE, "..", "..", "shared", "datasets", "kernel_tuner")
+HELD_OUT = os.path.join(HERE, "..", "docs", "benchmarks", "spaces_held_out")
 PAIRS = [("convolution_milo-A4000", "convolution_milo-A100"), ("convolution_milo-A100", "convolution_milo-A4000")]
 WORKLOAD = Workload.make("convolution_milo")  # one kernel, one space: the devices differ
 
 
 @lru_cache(maxsize=2)  # each worker process reads each cache once, not once per seed
 def _dataset(name: str):
-    return load_kernel_tuner_cache(os.path.join(DATASETS, f"{name}.json.gz"))
+    ours = os.path.join(HELD_OUT, f"{name}.json.gz")
+    return load_kernel_tuner_cache(ours if os.path.exists(ours) else os.path.join(DATASETS, f"{name}.json.gz"))
 
 
 def one_seed(args: tuple[str, str, int, list[int], int]) -> dict:
@@ -72,6 +79,13 @@ def _budgets(text: str) -> list[int]:
     return budgets
 
 
+def _pairs(text: str) -> list[tuple[str, str]]:
+    pairs = [tuple(p.split(":")) for p in text.split(",")]
+    if not all(len(p) == 2 and all(p) for p in pairs):
+        raise argparse.ArgumentTypeError(f"pairs must be SOURCE:TARGET,..., got {text!r}")
+    return pairs  # type: ignore[return-value]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=20)
@@ -79,6 +93,7 @@ def main() -> None:
     p.add_argument("--source-budget", type=int, default=200)
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--json", default=None)
+    p.add_argument("--pairs", default=PAIRS, type=_pairs, help="SOURCE:TARGET dataset names, comma-separated")
     opts = p.parse_args()
     if not os.path.isdir(DATASETS):
         sys.exit(f"no datasets at {DATASETS}")
@@ -86,7 +101,7 @@ def main() -> None:
     start = time.perf_counter()
     out: dict = {}
     with ProcessPoolExecutor(opts.jobs) as pool:
-        for source_name, target_name in PAIRS:
+        for source_name, target_name in opts.pairs:
             tasks = [(source_name, target_name, opts.source_budget, budgets, s) for s in range(opts.repeats)]
             runs = list(pool.map(one_seed, tasks))
             row = {}
