@@ -131,3 +131,13 @@ def test_the_cuda_convolution_script_enumerates_kernel_tuners_convolution_space(
         assert ours == set(json.load(f)["cache"])
     with gzip.open(CUDA_CONVOLUTION) as f:
         assert ours == set(json.load(f)["cache"])
+
+
+def test_the_cuda_convolution_analysis_script_finds_the_space_and_its_trap(tmp_path):
+    out = tmp_path / "analysis.json"
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "cuda_conv_analysis.py"), "--seeds", "2",
+                    "--budget", "20", "--json", str(out)], check=True, capture_output=True, timeout=600)
+    report = json.loads(out.read_text())
+    assert report["space"]["configurations"] == 4362 and report["space"]["at_least_0.90"] == 23
+    assert report["space"]["what_they_share"]["tile_size_x"] == [1]
+    assert len(report["traces"]["runs"]) == 2 and all(0 < r["score"] <= 1 for r in report["traces"]["runs"])
