@@ -108,6 +108,7 @@ _REGISTRY: dict[str, str] = {
     "genetic": "tensortune.search.genetic:GeneticSearch",
     "local": "tensortune.search.local:LocalSearch",
     "bandit": "tensortune.search.bandit:BanditSearch",
+    "tpe": "tensortune.search.tpe:TPESearch",
 }
 
 

@@ -26,6 +26,11 @@ convolution_milo-A4000 at N=200 this takes the mean over 100 seeds from 0.960 to
 With more than six switches, or `explore_switches=False`, a stalled batch explores away
 from the best points as above.
 
+With `tpe_share` > 0, that share of every plan that is not stalled is drawn as the `tpe`
+strategy draws (near the fastest measurements, several parameters changed at once, scored
+by l / g) instead of from the model; off by default (replayed in
+docs/benchmarks/strategies.md, "TPE in our own hands": better at N=100, worse at 20 and 200).
+
 Example:
     >>> from tensortune.space import Space
     >>> space = Space({"x": list(range(32)), "y": list(range(32))})
@@ -49,6 +54,7 @@ import numpy as np
 from ..space import Space
 from .guided import ModelGuidedSearch
 from .points import Point, unique
+from .tpe import ParzenProposer
 
 MAX_SWITCH_COMBINATIONS = 64  # more two-valued parameters than this allows: no per-switch exploring
 SWITCH_SEEDS = 64  # top-ranked points projected onto each switch combination
@@ -61,7 +67,7 @@ class EvolutionarySearch(ModelGuidedSearch):
                  population: int = 256, generations: int = 4, mutation: float = 0.85,
                  measured_share: float = 0.2, min_random: int = 50, explore_share: float = 0.5,
                  explore_distance: int = 3, stall: float = 0.25, explore_switches: bool = True,
-                 **options: Any) -> None:
+                 tpe_share: float = 0.0, **options: Any) -> None:
         super().__init__(space, seed, budget, **options)
         self.population = population
         self.generations = generations
@@ -74,6 +80,10 @@ class EvolutionarySearch(ModelGuidedSearch):
         self.switches = [k for k in self.ops.free if self.ops.sizes[k] == 2] if explore_switches else []
         if 2 ** len(self.switches) > MAX_SWITCH_COMBINATIONS:
             self.switches = []
+        if not 0.0 <= tpe_share <= 1.0:
+            raise ValueError(f"tpe_share must lie in [0, 1], got {tpe_share}")
+        self.tpe_share = tpe_share
+        self.tpe = ParzenProposer()
 
     def initial_population(self) -> list[Point]:
         best = [p for p, t in self.ranked() if np.isfinite(t)]
@@ -110,9 +120,15 @@ class EvolutionarySearch(ModelGuidedSearch):
         return points, np.asarray([visited[p] for p in points])
 
     def plan_with_model(self, n: int) -> list[Point]:
+        stalled = self.stalled()
+        share = 0.0 if stalled else self.tpe_share * n
+        k = int(share) + int(self.rng.random() < share - int(share)) if share else 0
+        chosen = self.plan_from_model(n - k, stalled) if n > k else []
+        return chosen + self.tpe.propose(self, k, set(chosen)) if k else chosen
+
+    def plan_from_model(self, n: int, stalled: bool) -> list[Point]:
         points, scores = self.evolve()
         ranked = self.top_unseen(points, scores, 16 * n)
-        stalled = self.stalled()
         if stalled and self.switches:
             explore = self.per_switch(points, scores, n)
         elif stalled:

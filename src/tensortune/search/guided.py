@@ -166,27 +166,6 @@ class ModelGuidedSearch(PlannedSearch):
         doomed = self.failures.success(X) < 0.5
         return np.where(doomed, scores - (np.ptp(scores) + 1.0), scores)
 
-    def space_filling(self, n: int, draws_per_point: int = 16) -> list[Point]:
-        """`n` unseen random points, chosen among many draws to differ in many parameters."""
-        pool = self.fresh_random(n * draws_per_point)
-        if len(pool) <= n:
-            return pool
-        arr = np.asarray(pool)
-        taken = list(self.measured) + list(self._queue)
-        chosen: list[int] = []
-        nearest = np.full(len(pool), arr.shape[1] + 1.0)
-        if taken:
-            for p in taken:
-                nearest = np.minimum(nearest, (arr != np.asarray(p)).sum(axis=1))
-        for _ in range(n):
-            # the farthest point from everything chosen, ties broken at random
-            scores = nearest + self.rng.random(len(pool)) * 0.5
-            scores[chosen] = -1
-            k = int(np.argmax(scores))
-            chosen.append(k)
-            nearest = np.minimum(nearest, (arr != arr[k]).sum(axis=1))
-        return [pool[k] for k in chosen]
-
     def top_unseen(self, candidates: list[Point], scores: np.ndarray, n: int) -> list[Point]:
         """The `n` best-scored candidates not measured or queued yet."""
         order = np.argsort(-scores, kind="stable")

@@ -1,0 +1,83 @@
+"""The TPE strategy's Parzen densities: what they draw is what they score."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tensortune.measure import MeasureResult
+from tensortune.search import create_strategy
+from tensortune.search.tpe import IndependentParzen, JointParzen
+from tensortune.space import Space
+
+SIZES = [3, 2, 4]
+POINTS = np.asarray([[0, 1, 3], [2, 0, 3], [0, 1, 1]])
+WEIGHTS = np.asarray([1.0, 0.5, 2.0])
+
+
+@pytest.mark.parametrize("density", [IndependentParzen, JointParzen])
+def test_a_density_sums_to_one_and_draws_as_it_scores(density):
+    parzen = density(POINTS, WEIGHTS, SIZES, 1.0)
+    grid = np.asarray(list(itertools.product(*map(range, SIZES))))
+    pdf = np.exp(parzen.log_pdf(grid))
+    assert pdf.sum() == pytest.approx(1.0)
+    draws = parzen.sample(200_000, np.random.default_rng(0))
+    index = {tuple(p): i for i, p in enumerate(grid.tolist())}
+    freq = np.bincount([index[tuple(p)] for p in draws.tolist()], minlength=len(grid)) / len(draws)
+    assert np.abs(freq - pdf).max() < 0.005
+    assert pdf[index[(0, 1, 1)]] == pdf.max()  # the heaviest point
+
+
+def test_joint_keeps_observed_combinations_that_independent_splits():
+    # two points that differ in both parameters: the joint density favours them over the
+    # two "crossed" combinations, the independent one cannot tell them apart
+    points, weights, sizes = np.asarray([[0, 0], [1, 1]]), np.ones(2), [2, 2]
+    grid = np.asarray([[0, 0], [1, 1], [0, 1], [1, 0]])
+    joint = JointParzen(points, weights, sizes, 1.0).log_pdf(grid)
+    independent = IndependentParzen(points, weights, sizes, 1.0).log_pdf(grid)
+    assert joint[0] > joint[2] and joint[1] > joint[3]
+    assert independent[0] == pytest.approx(independent[2])
+
+
+def test_an_empty_density_is_the_prior():
+    for density in (IndependentParzen, JointParzen):
+        parzen = density(np.zeros((0, 2), dtype=np.int64), np.zeros(0), [4, 5], 1.0)
+        assert np.exp(parzen.log_pdf(np.asarray([[1, 2], [3, 4]]))) == pytest.approx([1 / 20, 1 / 20])
+        assert parzen.sample(50, np.random.default_rng(0)).max(axis=0).tolist() <= [3, 4]
+
+
+@pytest.mark.parametrize("multivariate", [True, False])
+def test_tpe_proposes_only_valid_unseen_points_in_a_sparse_space(multivariate):
+    # 1 in 8 of the product is valid: draws from l are mostly invalid and are redrawn
+    space = Space({"a": list(range(16)), "b": list(range(16))}, constraints=["(a + b) % 8 == 0"])
+    tpe = create_strategy("tpe", space, seed=0, budget=30, multivariate=multivariate)
+    seen = []
+    while len(seen) < 30:
+        batch = tpe.ask(3)
+        assert batch
+        tpe.tell([MeasureResult(c, (1.0 + abs(c["a"] - 9),)) for c in batch])
+        seen += batch
+    assert all(space.is_valid(c) for c in seen) and len(set(seen)) == len(seen)
+    assert min(abs(c["a"] - 9) for c in seen) <= 1
+
+
+@pytest.mark.parametrize("options, error", [
+    ({"gamma": 1.0}, "gamma"), ({"candidates": 0}, "at least 1"), ({"prior_weight": 0.0}, "prior_weight")])
+def test_bad_options_are_named(options, error):
+    with pytest.raises(ValueError, match=error):
+        create_strategy("tpe", Space({"a": [1, 2]}), **options)
+
+
+def test_a_share_of_evolutionary_plans_comes_from_tpe():
+    from tensortune.search.evolutionary import EvolutionarySearch
+
+    space = Space({"a": list(range(12)), "b": list(range(12)), "c": [0, 1]})
+    search = EvolutionarySearch(space, seed=0, budget=60, tpe_share=0.5)
+    drawn = []
+    search.tpe.propose = lambda s, n, exclude=None, _orig=search.tpe.propose: drawn.append(n) or _orig(s, n, exclude)
+    while len(search.measured) < 60:
+        batch = search.ask(4)
+        search.tell([MeasureResult(c, (1.0 + abs(c["a"] - 3) + abs(c["b"] - 8) + c["c"],)) for c in batch])
+    assert drawn and max(drawn) <= 4  # half of a plan (at most 8 points), in plans not stalled
+    with pytest.raises(ValueError, match="tpe_share"):
+        EvolutionarySearch(space, tpe_share=1.5)
