@@ -1,19 +1,20 @@
 """Tree-structured Parzen estimator (Bergstra et al., 2011), over a space's choices.
 
 After a space-filling random start, the measurements are split in two: the fastest
-`gamma` share ("good", at most `max_good`) and the rest, failures included. For each
-parameter, two categorical densities are fitted over its choices, l from the good
-points and g from the rest, each a count per choice plus a uniform prior of weight
-`prior_weight`; with more than `flat_recent` points, older points weigh less (linearly
-down to 1/n), as the newest say more about where the search is now. The next point is
-the best of `candidates` draws from l (each parameter drawn on its own, invalid draws
-redrawn), scored by sum over parameters of log l - log g.
+`gamma` share ("good", at most `max_good`) and the rest, failures included. Two Parzen
+densities are fitted, l on the good points and g on the rest: one kernel per point plus a
+uniform prior kernel of weight `prior_weight`; beyond the newest `flat_recent` points,
+older points weigh less (linearly down to 1/n). The next point is the best by
+log l - log g of `candidates` valid, unmeasured draws from l (invalid draws redrawn;
+spaces too sparse for that score uniform valid points instead).
 
-Drawing each parameter on its own is what sets it apart from the model-guided
-strategies: it proposes combinations no measured point is near, so it leaves a trap
-that one-parameter moves cannot (docs/benchmarks/strategies.md, the H100 convolution).
-Spaces whose valid points are too sparse to hit by independent draws score uniform
-valid draws by the same ratio instead.
+With `multivariate=True` (the default, and the only form Optuna 5.0 runs) a kernel is a
+product over parameters centred on its point, so a draw is a good point with a few
+parameters changed at once; with `multivariate=False` each parameter has its own density
+and draws mix the good points' choices freely. Changing several parameters at once, scored
+by a density ratio rather than a model's rank, is what leaves a trap that one-parameter
+moves cannot (docs/benchmarks/strategies.md, "TPE in our own hands": the independent form
+does worse there).
 
 Example:
     >>> from tensortune.space import Space
@@ -28,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import numpy as np
 
@@ -126,7 +128,7 @@ class ParzenProposer:
         return pool or search.fresh_random(self.candidates, exclude)
 
 
-class Parzen:
+class Parzen(ABC):
     """A Parzen density over points of choice indices: one kernel per observed point
     (weighted) plus a uniform prior kernel."""
 
@@ -137,11 +139,13 @@ class Parzen:
         self.weights = w / w.sum()
         self.prior_weight = prior_weight
 
+    @abstractmethod
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        raise NotImplementedError
+        """`n` points drawn from the density (valid or not)."""
 
+    @abstractmethod
     def log_pdf(self, points: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """The log density at each of `points`."""
 
 
 class IndependentParzen(Parzen):
