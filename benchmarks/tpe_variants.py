@@ -1,0 +1,71 @@
+"""The TPE options that are not defaults, replayed on every measured space at 100 seeds.
+
+- `--independent`: the `tpe` strategy with `multivariate=False` (per-parameter densities),
+  against which the multivariate default is compared in docs/benchmarks/strategies.md
+  ("TPE in our own hands"; the default form's figures: strategies_tpe_100seeds.json).
+- `--share`: `evolutionary` with `tpe_share=0.5` (half of every plan that is not stalled
+  drawn by TPE), against the default's 100-seed figures (strategies_100seeds.json and
+  peers_cuda_convolution_100seeds.json, the same seeds).
+
+The spaces: the six Kernel Tuner caches (../shared/datasets/kernel_tuner), the nine H100
+spaces (docs/benchmarks/spaces) and the two held out (docs/benchmarks/spaces_held_out).
+`--only SUBSTRING` keeps the spaces whose file name contains it, `--budgets` picks budgets.
+
+Usage (from the repository root):
+    .venv/bin/python benchmarks/tpe_variants.py --independent [--json OUT] [--jobs 2]
+    .venv/bin/python benchmarks/tpe_variants.py --share [--only convolution_milo-A100 --budgets 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+
+from tensortune.bench.replay import run_many, summarize
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SPACES = [os.path.join(HERE, "..", "..", "shared", "datasets", "kernel_tuner", "*-*.json.gz"),
+          os.path.join(HERE, "..", "docs", "benchmarks", "spaces", "*.json.gz"),
+          os.path.join(HERE, "..", "docs", "benchmarks", "spaces_held_out", "*.json.gz")]
+VARIANTS = {"independent": ("tpe", {"multivariate": False}),
+            "share": ("evolutionary", {"tpe_share": 0.5})}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name in VARIANTS:
+        parser.add_argument(f"--{name}", action="store_true")
+    parser.add_argument("--budgets", default="20,50,100,200")
+    parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--only", default="")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--json", default="")
+    args = parser.parse_args()
+    chosen = [name for name in VARIANTS if getattr(args, name)]
+    paths = sorted(p for pattern in SPACES for p in glob.glob(pattern) if args.only in os.path.basename(p))
+    if not chosen or not paths:
+        sys.exit("name a variant (--independent, --share) and have spaces to replay (../shared present?)")
+    budgets = [int(b) for b in args.budgets.split(",")]
+    out = {"repeats": args.repeats, "budgets": budgets, "datasets": {}}
+    for name in chosen:
+        strategy, options = VARIANTS[name]
+        start = time.perf_counter()
+        summary = summarize(run_many(paths, [strategy], budgets, args.repeats, jobs=args.jobs,
+                                     options={strategy: options}))
+        print(f"{name}: {strategy} {options}, {len(paths)} spaces, {time.perf_counter() - start:.0f} s")
+        for dataset, by_strategy in summary.items():
+            out["datasets"].setdefault(dataset, {})[name] = by_strategy[strategy]
+            print(f"  {dataset:36s}", " / ".join(f"{by_strategy[strategy][str(b)]['mean']:.3f}" for b in budgets))
+        means = [sum(summary[d][strategy][str(b)]["mean"] for d in summary) / len(summary) for b in budgets]
+        print(f"  {'mean over the spaces':36s}", " / ".join(f"{m:.3f}" for m in means))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
