@@ -3,9 +3,13 @@
 - `--independent`: the `tpe` strategy with `multivariate=False` (per-parameter densities),
   against which the multivariate default is compared in docs/benchmarks/strategies.md
   ("TPE in our own hands"; the default form's figures: strategies_tpe_100seeds.json).
+- `--without-invalid`: `tpe` with `learn_invalid=False` (an invalid draw is redrawn, and
+  nothing is learned from it), the form measured before learned invalid draws became the
+  default (strategies_tpe_without_invalid_100seeds.json).
 - `--share`: `evolutionary` with `tpe_share=0.5` (half of every plan that is not stalled
   drawn by TPE), against the default's 100-seed figures (strategies_100seeds.json and
   peers_cuda_convolution_100seeds.json, the same seeds).
+- `--bandit`: the `bandit` strategy over `evolutionary` and `tpe`, against the same.
 
 The spaces: the six Kernel Tuner caches (../shared/datasets/kernel_tuner), the nine H100
 spaces (docs/benchmarks/spaces) and the two held out (docs/benchmarks/spaces_held_out).
@@ -14,6 +18,7 @@ spaces (docs/benchmarks/spaces) and the two held out (docs/benchmarks/spaces_hel
 Usage (from the repository root):
     .venv/bin/python benchmarks/tpe_variants.py --independent [--json OUT] [--jobs 2]
     .venv/bin/python benchmarks/tpe_variants.py --share [--only convolution_milo-A100 --budgets 100]
+    python3 benchmarks/tpe_variants.py --bandit --jobs 16 --datasets DIR   # on 16 cores
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ SPACES = [os.path.join(HERE, "..", "..", "shared", "datasets", "kernel_tuner", "
           os.path.join(HERE, "..", "docs", "benchmarks", "spaces", "*.json.gz"),
           os.path.join(HERE, "..", "docs", "benchmarks", "spaces_held_out", "*.json.gz")]
 VARIANTS = {"independent": ("tpe", {"multivariate": False}),
-            "share": ("evolutionary", {"tpe_share": 0.5})}
+            "without-invalid": ("tpe", {"learn_invalid": False}),
+            "share": ("evolutionary", {"tpe_share": 0.5}),
+            "bandit": ("bandit", {"arms": ("evolutionary", "tpe")})}
 
 
 def main() -> None:
@@ -44,11 +51,15 @@ def main() -> None:
     parser.add_argument("--only", default="")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", default="")
+    parser.add_argument("--datasets", default="", help="a folder holding the six Kernel Tuner caches, "
+                        "where ../shared/datasets/kernel_tuner is not beside the repository")
     args = parser.parse_args()
-    chosen = [name for name in VARIANTS if getattr(args, name)]
-    paths = sorted(p for pattern in SPACES for p in glob.glob(pattern) if args.only in os.path.basename(p))
+    chosen = [name for name in VARIANTS if getattr(args, name.replace("-", "_"))]
+    patterns = [os.path.join(args.datasets, "*-*.json.gz")] + SPACES[1:] if args.datasets else SPACES
+    paths = sorted(p for pattern in patterns for p in glob.glob(pattern) if args.only in os.path.basename(p))
     if not chosen or not paths:
-        sys.exit("name a variant (--independent, --share) and have spaces to replay (../shared present?)")
+        named = ", ".join(f"--{name}" for name in VARIANTS)
+        sys.exit(f"name a variant ({named}) and have spaces to replay (../shared present, or --datasets?)")
     budgets = [int(b) for b in args.budgets.split(",")]
     out = {"repeats": args.repeats, "budgets": budgets, "datasets": {}}
     for name in chosen:

@@ -46,11 +46,11 @@ def test_an_empty_density_is_the_prior():
         assert parzen.sample(50, np.random.default_rng(0)).max(axis=0).tolist() <= [3, 4]
 
 
-@pytest.mark.parametrize("multivariate", [True, False])
-def test_tpe_proposes_only_valid_unseen_points_in_a_sparse_space(multivariate):
+@pytest.mark.parametrize("multivariate, learn_invalid", [(True, True), (True, False), (False, True)])
+def test_tpe_proposes_only_valid_unseen_points_in_a_sparse_space(multivariate, learn_invalid):
     # 1 in 8 of the product is valid: draws from l are mostly invalid and are redrawn
     space = Space({"a": list(range(16)), "b": list(range(16))}, constraints=["(a + b) % 8 == 0"])
-    tpe = create_strategy("tpe", space, seed=0, budget=30, multivariate=multivariate)
+    tpe = create_strategy("tpe", space, seed=0, budget=30, multivariate=multivariate, learn_invalid=learn_invalid)
     seen = []
     while len(seen) < 30:
         batch = tpe.ask(3)
@@ -59,6 +59,27 @@ def test_tpe_proposes_only_valid_unseen_points_in_a_sparse_space(multivariate):
         seen += batch
     assert all(space.is_valid(c) for c in seen) and len(set(seen)) == len(seen)
     assert min(abs(c["a"] - 9) for c in seen) <= 1
+
+
+def test_invalid_choices_are_learned_as_failures_in_the_order_they_were_made():
+    # the valid half of the space is a < 8; the fastest points lie at its edge, so l's best
+    # draws keep falling across it until g has learned the invalid side
+    space = Space({"a": list(range(16)), "b": list(range(4))}, constraints=["a < 8"])
+    tpe = create_strategy("tpe", space, seed=1, budget=24)
+    while len(tpe.measured) < 24:
+        tpe.tell([MeasureResult(c, (1.0 + 8 - c["a"] + c["b"],)) for c in tpe.ask(1)])
+    penalties = tpe.proposer.penalties
+    assert penalties and all(p[0] >= 8 for _, p in penalties)
+    assert [before for before, _ in penalties] == sorted(before for before, _ in penalties)
+    points, times = tpe.proposer.history(tpe)
+    assert len(points) == len(tpe.measured) + len(penalties)
+    before, first = penalties[0]
+    assert points[before] == first and times[before] == float("inf")  # after `before` measurements
+    assert points[:before] == list(tpe.measured)[:before]
+    off = create_strategy("tpe", space, seed=1, budget=24, learn_invalid=False)
+    while len(off.measured) < 24:
+        off.tell([MeasureResult(c, (1.0 + 8 - c["a"] + c["b"],)) for c in off.ask(1)])
+    assert not off.proposer.penalties
 
 
 @pytest.mark.parametrize("options, error", [

@@ -5,8 +5,14 @@ After a space-filling random start, the measurements are split in two: the faste
 densities are fitted, l on the good points and g on the rest: one kernel per point plus a
 uniform prior kernel of weight `prior_weight`; beyond the newest `flat_recent` points,
 older points weigh less (linearly down to 1/n). The next point is the best by
-log l - log g of `candidates` valid, unmeasured draws from l (invalid draws redrawn;
-spaces too sparse for that score uniform valid points instead).
+log l - log g of `candidates` unmeasured draws from l.
+
+With `learn_invalid=True` (the default) the draws are taken as they come, valid or not,
+as Optuna's sampler proposes them: when the best is outside the space it joins g as a
+failure (at no measurement's cost, and counted in the split like any other point) and the
+choice is made again, so g learns where the space ends and the search stops proposing
+there. With `learn_invalid=False` invalid draws are only redrawn. Either way, a space
+too sparse for draws from l scores uniform valid points instead.
 
 With `multivariate=True` (the default, and the only form Optuna 5.0 runs) a kernel is a
 product over parameters centred on its point, so a draw is a good point with a few
@@ -45,10 +51,11 @@ class TPESearch(PlannedSearch):
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None, *,
                  initial: int | None = None, gamma: float = 0.1, max_good: int = 25,
                  candidates: int = 24, prior_weight: float = 1.0, flat_recent: int = 25,
-                 multivariate: bool = True, plan_size: int = 1) -> None:
+                 multivariate: bool = True, learn_invalid: bool = True, plan_size: int = 1) -> None:
         super().__init__(space, seed, budget, plan_size)
         self.initial = initial if initial is not None else initial_size(budget)
-        self.proposer = ParzenProposer(gamma, max_good, candidates, prior_weight, flat_recent, multivariate)
+        self.proposer = ParzenProposer(gamma, max_good, candidates, prior_weight, flat_recent, multivariate,
+                                       learn_invalid)
 
     def plan(self, n: int) -> list[Point]:
         ok = sum(1 for t in self.measured.values() if math.isfinite(t))
@@ -70,7 +77,8 @@ class ParzenProposer:
     """
 
     def __init__(self, gamma: float = 0.1, max_good: int = 25, candidates: int = 24,
-                 prior_weight: float = 1.0, flat_recent: int = 25, multivariate: bool = True) -> None:
+                 prior_weight: float = 1.0, flat_recent: int = 25, multivariate: bool = True,
+                 learn_invalid: bool = True, invalid_tries: int = 50) -> None:
         if not 0.0 < gamma < 1.0:
             raise ValueError(f"gamma must lie in (0, 1), got {gamma}")
         if candidates < 1 or max_good < 1 or flat_recent < 1:
@@ -83,24 +91,60 @@ class ParzenProposer:
         self.prior_weight = prior_weight
         self.flat_recent = flat_recent
         self.multivariate = multivariate
+        self.learn_invalid = learn_invalid
+        self.invalid_tries = invalid_tries
+        # invalid points this proposer chose, each with how many measurements preceded it
+        self.penalties: list[tuple[int, Point]] = []
 
     def propose(self, search: PlannedSearch, n: int, exclude: set[Point] | None = None) -> list[Point]:
         """`n` unseen points (fewer if the space runs out), each the best by l / g of a
         fresh set of draws from l."""
-        good, bad = self.densities(search)
         chosen: list[Point] = []
         for _ in range(n):
-            pool = self.draws(search, good, set(chosen) | (exclude or set()))
-            if not pool:
-                break
-            rows = np.asarray(pool, dtype=np.int64)
-            chosen.append(pool[int(np.argmax(good.log_pdf(rows) - bad.log_pdf(rows)))])
+            taken = set(chosen) | (exclude or set())
+            point = self.learned_choice(search, taken) if self.learn_invalid else None
+            if point is None:
+                good, bad = self.densities(search)
+                pool = self.draws(search, good, taken)
+                if not pool:
+                    break
+                point = self.best(pool, good, bad)
+            chosen.append(point)
         return chosen
+
+    def learned_choice(self, search: PlannedSearch, taken: set[Point]) -> Point | None:
+        """The best of raw draws from l, as Optuna's loop chooses: when it is invalid it
+        joins g as a failure (no measurement spent) and the choice is made again. None
+        after `invalid_tries` invalid choices in a row."""
+        for _ in range(self.invalid_tries):
+            good, bad = self.densities(search)
+            pool = unique(list(map(tuple, good.sample(self.candidates, search.rng).tolist())),
+                          search.seen_points | taken)
+            if not pool:
+                return None
+            point = self.best(pool, good, bad)
+            if search.ops.valid(point):
+                return point
+            self.penalties.append((len(search.measured), point))
+        return None
+
+    @staticmethod
+    def best(pool: list[Point], good: "Parzen", bad: "Parzen") -> Point:
+        rows = np.asarray(pool, dtype=np.int64)
+        return pool[int(np.argmax(good.log_pdf(rows) - bad.log_pdf(rows)))]
+
+    def history(self, search: PlannedSearch) -> tuple[list[Point], list[float]]:
+        """Measured points and learned invalid ones (as failures), oldest first."""
+        measured = list(search.measured.items())  # a dict keeps the order of measurement
+        events = [(i, 1, point, time) for i, (point, time) in enumerate(measured)]
+        events += [(before, 0, point, math.inf) for before, point in self.penalties]
+        events.sort(key=lambda e: (e[0], e[1]))
+        return [e[2] for e in events], [e[3] for e in events]
 
     def densities(self, search: PlannedSearch) -> tuple["Parzen", "Parzen"]:
         """The densities l (good points) and g (the rest) over the space's points."""
-        order = list(search.measured)  # oldest first: a dict keeps the order of measurement
-        times = np.asarray([search.measured[p] for p in order])
+        order, history_times = self.history(search)
+        times = np.asarray(history_times)
         weights = np.ones(len(times))
         old = len(times) - self.flat_recent
         if old > 0:
