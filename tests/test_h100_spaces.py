@@ -143,11 +143,12 @@ def test_the_cuda_convolution_analysis_script_finds_the_space_and_its_trap(tmp_p
     assert len(report["traces"]["runs"]) == 2 and all(0 < r["score"] <= 1 for r in report["traces"]["runs"])
 
 
-def test_the_tpe_variants_script_replays_both_options(tmp_path):
+def test_the_tpe_variants_script_replays_every_variant(tmp_path):
     out = tmp_path / "variants.json"
-    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "tpe_variants.py"), "--independent", "--share",
+    variants = ["independent", "without-invalid", "share", "bandit"]
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "tpe_variants.py"), *(f"--{v}" for v in variants),
                     "--only", "cuda_convolution", "--budgets", "20", "--repeats", "2", "--jobs", "1",
                     "--json", str(out)], check=True, capture_output=True, timeout=600)
     report = json.loads(out.read_text())["datasets"]["cuda_convolution-H100"]
-    assert set(report) == {"independent", "share"}
+    assert set(report) == set(variants)
     assert all(report[v]["20"]["runs"] == 2 and 0 < report[v]["20"]["mean"] <= 1 for v in report)
