@@ -10,10 +10,13 @@
   drawn by TPE), against the default's 100-seed figures (strategies_100seeds.json and
   peers_cuda_convolution_100seeds.json, the same seeds).
 - `--bandit`: the `bandit` strategy over `evolutionary` and `tpe`, against the same.
+- `--screened`: `screened_tpe` (TPE's candidates screened by the cost model), against the
+  same (strategies_screened_tpe_100seeds.json).
 
 The spaces: the six Kernel Tuner caches (../shared/datasets/kernel_tuner), the nine H100
 spaces (docs/benchmarks/spaces) and the two held out (docs/benchmarks/spaces_held_out).
-`--only SUBSTRING` keeps the spaces whose file name contains it, `--budgets` picks budgets.
+`--only A,B` keeps the spaces whose file name contains one of the substrings, `--budgets`
+picks budgets.
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/tpe_variants.py --independent [--json OUT] [--jobs 2]
@@ -39,7 +42,8 @@ SPACES = [os.path.join(HERE, "..", "..", "shared", "datasets", "kernel_tuner", "
 VARIANTS = {"independent": ("tpe", {"multivariate": False}),
             "without-invalid": ("tpe", {"learn_invalid": False}),
             "share": ("evolutionary", {"tpe_share": 0.5}),
-            "bandit": ("bandit", {"arms": ("evolutionary", "tpe")})}
+            "bandit": ("bandit", {"arms": ("evolutionary", "tpe")}),
+            "screened": ("screened_tpe", {})}
 
 
 def main() -> None:
@@ -56,7 +60,9 @@ def main() -> None:
     args = parser.parse_args()
     chosen = [name for name in VARIANTS if getattr(args, name.replace("-", "_"))]
     patterns = [os.path.join(args.datasets, "*-*.json.gz")] + SPACES[1:] if args.datasets else SPACES
-    paths = sorted(p for pattern in patterns for p in glob.glob(pattern) if args.only in os.path.basename(p))
+    only = args.only.split(",")
+    paths = sorted(p for pattern in patterns for p in glob.glob(pattern)
+                   if any(part in os.path.basename(p) for part in only))
     if not chosen or not paths:
         named = ", ".join(f"--{name}" for name in VARIANTS)
         sys.exit(f"name a variant ({named}) and have spaces to replay (../shared present, or --datasets?)")

@@ -145,7 +145,7 @@ def test_the_cuda_convolution_analysis_script_finds_the_space_and_its_trap(tmp_p
 
 def test_the_tpe_variants_script_replays_every_variant(tmp_path):
     out = tmp_path / "variants.json"
-    variants = ["independent", "without-invalid", "share", "bandit"]
+    variants = ["independent", "without-invalid", "share", "bandit", "screened"]
     subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "tpe_variants.py"), *(f"--{v}" for v in variants),
                     "--only", "cuda_convolution", "--budgets", "20", "--repeats", "2", "--jobs", "1",
                     "--json", str(out)], check=True, capture_output=True, timeout=600)

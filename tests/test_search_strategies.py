@@ -16,7 +16,7 @@ STRATEGIES = [
     ("genetic", {}), ("evolutionary", {}), ("evolutionary", {"explore_switches": False}),
     ("evolutionary", {"tpe_share": 0.5}), ("model_based", {}), ("local", {}), ("auto", {}),
     ("bandit", {}), ("tpe", {}),
-    ("tpe", {"multivariate": False}),
+    ("tpe", {"multivariate": False}), ("tpe", {"learn_invalid": False}), ("screened_tpe", {}),
 ]
 IDS = [name + ("-" + "-".join(f"{v}" for v in opts.values()) if opts else "") for name, opts in STRATEGIES]
 
@@ -85,7 +85,8 @@ def test_finds_good_points_and_survives_failures(name, options):
     result = tune(name, bowl_space(), bowl, budget=80, seed=1, options=options)
     assert result.failures > 0 or name == "exhaustive"
     assert result.best is not None
-    if name in ("evolutionary", "model_based", "auto", "annealing", "local", "genetic", "bandit", "tpe"):
+    if name in ("evolutionary", "model_based", "auto", "annealing", "local", "genetic", "bandit", "tpe",
+                "screened_tpe"):
         assert result.best_time <= 1.5 * BOWL_OPTIMUM, result.best.config
 
 

@@ -102,3 +102,24 @@ def test_a_share_of_evolutionary_plans_comes_from_tpe():
     assert drawn and max(drawn) <= 4  # half of a plan (at most 8 points), in plans not stalled
     with pytest.raises(ValueError, match="tpe_share"):
         EvolutionarySearch(space, tpe_share=1.5)
+
+
+def test_the_model_screens_tpe_candidates_before_l_over_g_picks():
+    from tensortune.search.screened_tpe import ScreenedTPESearch
+
+    space = Space({"a": list(range(12)), "b": list(range(12))})
+    search = ScreenedTPESearch(space, seed=0, budget=40)
+    while len(search.measured) < 40:
+        search.tell([MeasureResult(c, (1.0 + abs(c["a"] - 3) + abs(c["b"] - 8),)) for c in search.ask(1)])
+    assert search.best.time <= 3.0
+    pool = [(a, b) for a in range(12) for b in range(0, 12, 3)]
+    kept = search.model_screen(pool)
+    scores = dict(zip(pool, search.acquisition(pool).tolist()))
+    assert len(kept) == len(pool) // 2 and len(set(kept)) == len(kept)
+    assert min(scores[p] for p in kept) >= max(scores[p] for p in pool if p not in kept)
+    picked = []
+    search.proposer.best = lambda pool, good, bad, _orig=search.proposer.best: picked.append(pool) or _orig(pool, good, bad)
+    search.proposer.propose(search, 1, screen=search.model_screen)
+    assert picked and len(picked[0]) <= 12  # half of at most 24 draws
+    with pytest.raises(ValueError, match="keep"):
+        ScreenedTPESearch(space, keep=0.0)

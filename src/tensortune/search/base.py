@@ -109,6 +109,7 @@ _REGISTRY: dict[str, str] = {
     "local": "tensortune.search.local:LocalSearch",
     "bandit": "tensortune.search.bandit:BanditSearch",
     "tpe": "tensortune.search.tpe:TPESearch",
+    "screened_tpe": "tensortune.search.screened_tpe:ScreenedTPESearch",
 }
 
 

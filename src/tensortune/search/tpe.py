@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 
@@ -43,6 +44,8 @@ from ..space import Space
 from .guided import initial_size
 from .planned import PlannedSearch
 from .points import Point, unique
+
+Screen = Callable[[list[Point]], list[Point]]  # keeps the candidates worth scoring by l / g
 
 
 class TPESearch(PlannedSearch):
@@ -96,23 +99,24 @@ class ParzenProposer:
         # invalid points this proposer chose, each with how many measurements preceded it
         self.penalties: list[tuple[int, Point]] = []
 
-    def propose(self, search: PlannedSearch, n: int, exclude: set[Point] | None = None) -> list[Point]:
+    def propose(self, search: PlannedSearch, n: int, exclude: set[Point] | None = None,
+                screen: Screen | None = None) -> list[Point]:
         """`n` unseen points (fewer if the space runs out), each the best by l / g of a
-        fresh set of draws from l."""
+        fresh set of draws from l (of those that `screen` keeps, when given)."""
         chosen: list[Point] = []
         for _ in range(n):
             taken = set(chosen) | (exclude or set())
-            point = self.learned_choice(search, taken) if self.learn_invalid else None
+            point = self.learned_choice(search, taken, screen) if self.learn_invalid else None
             if point is None:
                 good, bad = self.densities(search)
                 pool = self.draws(search, good, taken)
                 if not pool:
                     break
-                point = self.best(pool, good, bad)
+                point = self.best(screen(pool) if screen else pool, good, bad)
             chosen.append(point)
         return chosen
 
-    def learned_choice(self, search: PlannedSearch, taken: set[Point]) -> Point | None:
+    def learned_choice(self, search: PlannedSearch, taken: set[Point], screen: Screen | None = None) -> Point | None:
         """The best of raw draws from l, as Optuna's loop chooses: when it is invalid it
         joins g as a failure (no measurement spent) and the choice is made again. None
         after `invalid_tries` invalid choices in a row."""
@@ -122,7 +126,7 @@ class ParzenProposer:
                           search.seen_points | taken)
             if not pool:
                 return None
-            point = self.best(pool, good, bad)
+            point = self.best(screen(pool) if screen else pool, good, bad)
             if search.ops.valid(point):
                 return point
             self.penalties.append((len(search.measured), point))
