@@ -18,10 +18,16 @@ spaces (docs/benchmarks/spaces) and the two held out (docs/benchmarks/spaces_hel
 `--only A,B` keeps the spaces whose file name contains one of the substrings, `--budgets`
 picks budgets.
 
+`--plot FILE` draws the variants' curves beside `auto` and `tpe` from the published
+100-seed files; `--plot-only JSON` draws a file this script wrote (or several runs of it
+merged) without replaying anything.
+
 Usage (from the repository root):
     .venv/bin/python benchmarks/tpe_variants.py --independent [--json OUT] [--jobs 2]
     .venv/bin/python benchmarks/tpe_variants.py --share [--only convolution_milo-A100 --budgets 100]
     python3 benchmarks/tpe_variants.py --bandit --jobs 16 --datasets DIR   # on 16 cores
+    .venv/bin/python benchmarks/tpe_variants.py --plot-only docs/benchmarks/strategies_screened_tpe_100seeds.json \
+        --plot docs/benchmarks/strategies_screened_tpe_100seeds.png
 """
 
 from __future__ import annotations
@@ -33,9 +39,14 @@ import os
 import sys
 import time
 
+from tensortune.bench.plot import plot_curves
 from tensortune.bench.replay import run_many, summarize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+PUBLISHED = os.path.join(HERE, "..", "docs", "benchmarks")
+BESIDE = {"auto": ["strategies_100seeds.json", "peers_cuda_convolution_100seeds.json",
+                   "strategies_relu_tall_100seeds.json"],
+          "tpe": ["strategies_tpe_100seeds.json"]}
 SPACES = [os.path.join(HERE, "..", "..", "shared", "datasets", "kernel_tuner", "*-*.json.gz"),
           os.path.join(HERE, "..", "docs", "benchmarks", "spaces", "*.json.gz"),
           os.path.join(HERE, "..", "docs", "benchmarks", "spaces_held_out", "*.json.gz")]
@@ -55,9 +66,15 @@ def main() -> None:
     parser.add_argument("--only", default="")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", default="")
+    parser.add_argument("--plot", default="", help="write the curves, beside auto's and tpe's, as PNG")
+    parser.add_argument("--plot-only", default="", help="plot this JSON of an earlier run instead of replaying")
     parser.add_argument("--datasets", default="", help="a folder holding the six Kernel Tuner caches, "
                         "where ../shared/datasets/kernel_tuner is not beside the repository")
     args = parser.parse_args()
+    if args.plot_only:
+        with open(args.plot_only, encoding="utf-8") as f:
+            plot_beside_published(json.load(f)["datasets"], args.plot or args.plot_only.replace(".json", ".png"))
+        return
     chosen = [name for name in VARIANTS if getattr(args, name.replace("-", "_"))]
     patterns = [os.path.join(args.datasets, "*-*.json.gz")] + SPACES[1:] if args.datasets else SPACES
     only = args.only.split(",")
@@ -82,6 +99,22 @@ def main() -> None:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(out, f, indent=2)
+    if args.plot:
+        plot_beside_published(out["datasets"], args.plot)
+
+
+def plot_beside_published(datasets: dict, path: str) -> None:
+    """Curves of the variants in `datasets`, with auto's and tpe's published 100-seed
+    figures on the same spaces."""
+    summary = {d: dict(by_variant) for d, by_variant in datasets.items()}
+    for name, files in BESIDE.items():
+        for file in files:
+            with open(os.path.join(PUBLISHED, file), encoding="utf-8") as f:
+                for dataset, by_strategy in json.load(f)["datasets"].items():
+                    if dataset in summary and name in by_strategy:
+                        summary[dataset].setdefault(name, by_strategy[name])
+    plot_curves(summary, path)
+    print(f"plot: {path}")
 
 
 if __name__ == "__main__":

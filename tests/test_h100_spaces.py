@@ -148,7 +148,9 @@ def test_the_tpe_variants_script_replays_every_variant(tmp_path):
     variants = ["independent", "without-invalid", "share", "bandit", "screened"]
     subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "tpe_variants.py"), *(f"--{v}" for v in variants),
                     "--only", "cuda_convolution", "--budgets", "20", "--repeats", "2", "--jobs", "1",
-                    "--json", str(out)], check=True, capture_output=True, timeout=600)
+                    "--json", str(out), "--plot", str(tmp_path / "curves.png")],
+                   check=True, capture_output=True, timeout=600)
     report = json.loads(out.read_text())["datasets"]["cuda_convolution-H100"]
     assert set(report) == set(variants)
+    assert (tmp_path / "curves.png").stat().st_size > 0
     assert all(report[v]["20"]["runs"] == 2 and 0 < report[v]["20"]["mean"] <= 1 for v in report)
