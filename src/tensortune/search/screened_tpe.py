@@ -53,7 +53,8 @@ class ScreenedTPESearch(ModelGuidedSearch):
         return self.proposer.propose(self, n, screen=self.model_screen)
 
     def model_screen(self, pool: list[Point]) -> list[Point]:
-        """The share `keep` of `pool` the model ranks highest, best first."""
+        """The share `keep` of `pool` the model ranks highest, best first (a pool of two
+        or fewer passes whole: there is nothing to screen)."""
         if len(pool) <= 2:
             return pool
         order = np.argsort(-self.acquisition(pool))[: max(1, int(len(pool) * self.keep))]
