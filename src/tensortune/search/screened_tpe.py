@@ -46,8 +46,9 @@ class ScreenedTPESearch(ModelGuidedSearch):
         if not 0.0 < keep <= 1.0:
             raise ValueError(f"keep must lie in (0, 1], got {keep}")
         self.keep = keep
-        self.proposer = ParzenProposer(gamma, max_good, candidates, prior_weight, flat_recent, multivariate,
-                                       learn_invalid)
+        self.proposer = ParzenProposer(gamma=gamma, max_good=max_good, candidates=candidates,
+                                       prior_weight=prior_weight, flat_recent=flat_recent,
+                                       multivariate=multivariate, learn_invalid=learn_invalid)
 
     def plan_with_model(self, n: int) -> list[Point]:
         return self.proposer.propose(self, n, screen=self.model_screen)

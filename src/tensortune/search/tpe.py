@@ -57,8 +57,9 @@ class TPESearch(PlannedSearch):
                  multivariate: bool = True, learn_invalid: bool = True, plan_size: int = 1) -> None:
         super().__init__(space, seed, budget, plan_size)
         self.initial = initial if initial is not None else initial_size(budget)
-        self.proposer = ParzenProposer(gamma, max_good, candidates, prior_weight, flat_recent, multivariate,
-                                       learn_invalid)
+        self.proposer = ParzenProposer(gamma=gamma, max_good=max_good, candidates=candidates,
+                                       prior_weight=prior_weight, flat_recent=flat_recent,
+                                       multivariate=multivariate, learn_invalid=learn_invalid)
 
     def plan(self, n: int) -> list[Point]:
         ok = sum(1 for t in self.measured.values() if math.isfinite(t))
