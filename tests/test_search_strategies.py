@@ -161,6 +161,23 @@ def test_auto_is_exhaustive_when_the_budget_covers_the_space():
     assert type(create_strategy("auto", bowl_space(), budget=10).inner).__name__ != "ExhaustiveSearch"
 
 
+def test_auto_runs_screened_tpe_from_100_measurements_and_evolutionary_below():
+    space = Space({"x": list(range(40)), "y": list(range(40))})
+    chosen = {b: type(create_strategy("auto", space, budget=b).inner).__name__ for b in (None, 99, 100, 400)}
+    assert chosen == {None: "EvolutionarySearch", 99: "EvolutionarySearch", 100: "ScreenedTPESearch",
+                      400: "ScreenedTPESearch"}
+    assert create_strategy("auto", space, budget=100, keep=0.25).inner.keep == 0.25  # options go to the choice
+    with pytest.raises(TypeError, match="tpe_share"):
+        create_strategy("auto", space, budget=100, tpe_share=0.5)  # an option of the strategy not chosen
+
+    def run(name):
+        s = create_strategy(name, space, seed=4, budget=100)
+        for _ in range(30):
+            s.tell([MeasureResult(c, (1.0 + abs(c["x"] - 30) + abs(c["y"] - 7),)) for c in s.ask(2)])
+        return [r.config for r in s.history]
+    assert run("auto") == run("screened_tpe")
+
+
 def test_bandit_arms_share_one_history_and_never_propose_twice():
     space = bowl_space()
     bandit = create_strategy("bandit", space, seed=2, budget=60)

@@ -109,3 +109,19 @@ def test_no_model_is_fitted_for_a_strategy_that_would_not_take_it(monkeypatch):
     monkeypatch.setattr(pretrain, "transfer_model", lambda *a, **k: calls.append(a))
     tuner, _ = _tune(db, 2, 5, seed=0, strategy="random")
     assert calls == [] and tuner.transferred_from == 0
+
+
+def test_auto_from_100_measurements_takes_only_a_prior_learned_on_this_device():
+    db = Database(":memory:")
+    _tune(db, 1, 60, seed=0)
+    same_device, result = _tune(db, 2, 100, seed=0)
+    assert same_device.transferred_from == 60
+    assert type(same_device.strategy.inner).__name__ == "EvolutionarySearch"
+    assert result.trials == 100
+    other_device = Tuner(SPACE, Bowl(1), workload=Workload.make("bowl", "src", {"N": 1}),
+                         target=Target.make("cpu", "another"), db=Database(":memory:"), budget=100, seed=0,
+                         progress=False)
+    other_device.db.import_records(db.records(Workload.make("bowl", "src", {"N": 1})))
+    other_device.run()
+    assert other_device.transferred_from == 0
+    assert type(other_device.strategy.inner).__name__ == "ScreenedTPESearch"

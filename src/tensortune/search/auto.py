@@ -4,22 +4,34 @@ How it chooses:
 
 - the budget covers every valid configuration (the space's size is exact and at most
   the budget): `exhaustive`, since nothing can beat measuring everything;
-- otherwise: `evolutionary`, the cost-model-guided evolutionary search, which scored
-  best on the replay benchmark (docs/benchmarks/strategies.md) at 20, 50 and 200
-  measurements and tied `model_based` at 100 for less search time; options given to
-  `auto` go to it.
+- a budget of `SCREENED_FROM` (100) measurements or more: `screened_tpe`, TPE screened by
+  the cost model, which ties or leads `evolutionary` there on the replay benchmark and
+  raises its worst spaces (docs/benchmarks/strategies.md, "The default from 100
+  measurements up");
+- fewer measurements, or a time budget with no trial count: `evolutionary`, the
+  cost-model-guided evolutionary search, best at 20 and 50 measurements.
+
+A pre-trained model (transfer, `use_prior`) on a budget of 100 or more is taken only when
+it was learned on this device (other shapes): then `evolutionary` replaces `screened_tpe`,
+since its large population ranked by the model is what makes transfer pay (a prior only
+screening a few TPE draws scored below a cold start in both directions between two GPUs).
+A model from other devices only is declined there: across GPUs it scored below
+`screened_tpe`'s cold start at 100 measurements (docs/benchmarks/strategies.md, "Transfer
+across devices"). Options given to `auto` go to the strategy it chose.
 
 Example:
     >>> from tensortune.space import Space
     >>> type(AutoSearch(Space({"a": [1, 2]}), budget=10).inner).__name__
     'ExhaustiveSearch'
-    >>> type(AutoSearch(Space({"a": list(range(100))}), budget=10).inner).__name__
+    >>> type(AutoSearch(Space({"a": list(range(1000))}), budget=50).inner).__name__
     'EvolutionarySearch'
+    >>> type(AutoSearch(Space({"a": list(range(1000))}), budget=100).inner).__name__
+    'ScreenedTPESearch'
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..measure import MeasureResult
@@ -27,6 +39,9 @@ from ..space import Config, Space
 from .base import SearchStrategy, WrappingStrategy
 from .evolutionary import EvolutionarySearch
 from .exhaustive import ExhaustiveSearch
+from .screened_tpe import ScreenedTPESearch
+
+SCREENED_FROM = 100  # measurements from which `screened_tpe` is chosen
 
 
 class AutoSearch(WrappingStrategy):
@@ -35,9 +50,29 @@ class AutoSearch(WrappingStrategy):
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None,
                  **options: Any) -> None:
         super().__init__(space, seed, budget)
+        self.options = options
         covers = budget is not None and space.size_is_exact and space.size <= budget
-        self.inner: SearchStrategy = ExhaustiveSearch(space, seed, budget) if covers else \
-            EvolutionarySearch(space, seed, budget, **options)
+        if covers:
+            self.inner: SearchStrategy = ExhaustiveSearch(space, seed, budget)
+        elif budget is not None and budget >= SCREENED_FROM:
+            self.inner = self._chosen(ScreenedTPESearch)
+        else:
+            self.inner = self._chosen(EvolutionarySearch)
+
+    def _chosen(self, kind: type[SearchStrategy]) -> SearchStrategy:
+        try:
+            return kind(self.space, self.seed, self.budget, **self.options)
+        except TypeError as e:
+            raise TypeError(f"auto chose {kind.name} for a budget of {self.budget}, which does not take "
+                            f"these options: {e}") from e
+
+    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None, *,
+                  explore: bool = False) -> bool:
+        if isinstance(self.inner, ScreenedTPESearch):
+            if explore or self.inner.history or self.inner.seen:
+                return False
+            self.inner = self._chosen(EvolutionarySearch)
+        return super().use_prior(model, workload_key, explore=explore)
 
     def ask(self, n: int) -> list[Config]:
         out = self.inner.ask(n)
