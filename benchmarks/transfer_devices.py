@@ -15,7 +15,7 @@ is a third device, and a second implementation, to transfer to.
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/transfer_devices.py [--repeats 20] [--budgets 20,50,100]
-        [--source-budget 200] [--json docs/benchmarks/transfer_devices.json]
+        [--source-budget 200] [--json docs/benchmarks/transfer_devices.json] [--datasets DIR]
         [--pairs convolution_milo-A100:cuda_convolution-H100,convolution_milo-A4000:cuda_convolution-H100]
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import sys
@@ -87,6 +88,7 @@ def _pairs(text: str) -> list[tuple[str, str]]:
 
 
 def main() -> None:
+    global DATASETS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--budgets", default="20,50,100", type=_budgets, help="comma-separated measurement budgets")
@@ -94,13 +96,15 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--json", default=None)
     p.add_argument("--pairs", default=PAIRS, type=_pairs, help="SOURCE:TARGET dataset names, comma-separated")
+    p.add_argument("--datasets", default=DATASETS, help="folder of the Kernel Tuner caches")
     opts = p.parse_args()
+    DATASETS = opts.datasets  # read by the forked workers
     if not os.path.isdir(DATASETS):
         sys.exit(f"no datasets at {DATASETS}")
     budgets = opts.budgets
     start = time.perf_counter()
     out: dict = {}
-    with ProcessPoolExecutor(opts.jobs) as pool:
+    with ProcessPoolExecutor(opts.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
         for source_name, target_name in opts.pairs:
             tasks = [(source_name, target_name, opts.source_budget, budgets, s) for s in range(opts.repeats)]
             runs = list(pool.map(one_seed, tasks))

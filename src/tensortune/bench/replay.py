@@ -63,13 +63,24 @@ def replay_run(path: str | os.PathLike[str], strategy: str, budget: int, seed: i
                      result.failures, runner.simulated_seconds, wall)
 
 
-def _run_task(args: tuple[str, str, int, int, int, dict[str, Any] | None]) -> RunResult:
+@dataclass(frozen=True)
+class ReplayTask:
+    """One run to make: a fresh `strategy` (or peer) on the dataset at `path`."""
+
+    path: str
+    strategy: str
+    budget: int
+    seed: int
+    batch_size: int = 1
+    options: dict[str, Any] | None = None
+
+
+def _run_task(task: ReplayTask) -> RunResult:
     from .peers import is_peer, peer_run
 
-    path, strategy, budget, seed, batch_size, options = args
-    if is_peer(strategy):
-        return peer_run(path, strategy, budget, seed)
-    return replay_run(path, strategy, budget, seed, batch_size, options)
+    if is_peer(task.strategy):
+        return peer_run(task.path, task.strategy, task.budget, task.seed)
+    return replay_run(task.path, task.strategy, task.budget, task.seed, task.batch_size, task.options)
 
 
 def run_many(paths: Sequence[str], strategies: Sequence[str], budgets: Sequence[int],
@@ -89,13 +100,18 @@ def run_many(paths: Sequence[str], strategies: Sequence[str], budgets: Sequence[
             reps = repeats[strategy] if isinstance(repeats, dict) else repeats
             for budget in budgets:
                 for seed in range(first_seed, first_seed + reps):
-                    tasks.append((str(path), strategy, int(budget), seed, batch_size,
-                                  (options or {}).get(strategy)))
-    # the longest runs first keeps the workers busy to the end
-    tasks.sort(key=lambda t: -t[2])
+                    tasks.append(ReplayTask(str(path), strategy, int(budget), seed, batch_size,
+                                            (options or {}).get(strategy)))
+    return run_tasks(tasks, jobs, on_result)
+
+
+def run_tasks(tasks: Sequence[ReplayTask], jobs: int = 1, on_result: Any = None) -> list[RunResult]:
+    """The runs of `tasks`, in `jobs` processes, longest budgets first (that keeps the
+    workers busy to the end); `on_result` sees each run as it finishes."""
+    ordered = sorted(tasks, key=lambda t: -t.budget)
     results: list[RunResult] = []
     if jobs <= 1:
-        for t in tasks:
+        for t in ordered:
             results.append(_run_task(t))
             if on_result:
                 on_result(results[-1])
@@ -104,7 +120,7 @@ def run_many(paths: Sequence[str], strategies: Sequence[str], budgets: Sequence[
 
     ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        for r in pool.map(_run_task, tasks, chunksize=1):
+        for r in pool.map(_run_task, ordered, chunksize=1):
             results.append(r)
             if on_result:
                 on_result(r)
