@@ -154,3 +154,27 @@ def test_the_tpe_variants_script_replays_every_variant(tmp_path):
     assert set(report) == set(variants)
     assert (tmp_path / "curves.png").stat().st_size > 0
     assert all(report[v]["20"]["runs"] == 2 and 0 < report[v]["20"]["mean"] <= 1 for v in report)
+
+
+def test_refresh_default_re_measures_only_the_defaults_cells(tmp_path):
+    from tensortune.bench.replay import mean_over_datasets, run_many, summarize
+
+    truth = summarize(run_many([SPACE], ["auto", "random"], [10, 20], 2, first_seed=3))
+    payload = json.loads(json.dumps({"datasets": truth, "mean": mean_over_datasets(truth), "budgets": [10, 20],
+                                     "first_seed": 3}))
+    stale = payload["datasets"]["triton_matmul_256x8192x4096-H100"]
+    stale["auto"]["20"]["mean"] = stale["random"]["20"]["mean"] = 0.0  # what a change of the default made stale
+    path, log = tmp_path / "bench.json", tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(payload))
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "refresh_default.py"), str(path), "--runs", str(log),
+               "--budgets", "20", "--jobs", "1", "--datasets", os.path.dirname(SPACE)]
+    first = subprocess.run(command, check=True, capture_output=True, text=True, timeout=600).stdout
+    fresh = json.loads(path.read_text())
+    cells = fresh["datasets"]["triton_matmul_256x8192x4096-H100"]
+    assert cells["auto"]["20"]["mean"] == truth["triton_matmul_256x8192x4096-H100"]["auto"]["20"]["mean"]
+    assert cells["random"]["20"]["mean"] == 0.0  # other strategies' cells are kept as they were
+    assert cells["auto"]["10"] == stale["auto"]["10"]  # budgets not asked for are kept
+    assert fresh["mean"]["auto"]["20"] == cells["auto"]["20"]["mean"] and fresh["refreshed"]["budgets"] == [20]
+    assert "2 to make" in first and len(log.read_text().splitlines()) == 2
+    again = subprocess.run(command, check=True, capture_output=True, text=True, timeout=600).stdout
+    assert "0 to make" in again and json.loads(path.read_text())["datasets"] == fresh["datasets"]
