@@ -11,9 +11,11 @@ auto-scheduler's sketch spaces); with `--hundred-seeds`,
 the default strategy and random search run 100 repeats on the six spaces and the
 H100 ones, for means with small standard errors; with `--without-switches`, the
 evolutionary search with `explore_switches=False` (the default until 2026-11-22) runs the
-same 100 repeats, printed beside the default's; with `--without-switches-held-out`, that
-and the default run side by side on seeds 100..199 (the two convolution_milo spaces, N=100
-and 200), seeds per-switch exploring was not found on.
+same 100 repeats, printed beside the evolutionary search's own (the default's until the
+seventeenth session, strategies_evolutionary_100seeds.json); with
+`--without-switches-held-out`, the evolutionary search with and without it run side by side
+on seeds 100..199 (the two convolution_milo spaces, N=100 and 200), seeds per-switch
+exploring was not found on.
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/strategies.py [--jobs 2] [--out docs/benchmarks] [--other-repeats 5]
@@ -49,7 +51,8 @@ def main() -> None:
     args = parser.parse_args()
     if not os.path.isdir(args.datasets):
         sys.exit(f"no datasets at {args.datasets}")
-    # `auto` is `evolutionary` on all six spaces (no budget covers a space), so that one is not repeated
+    # `auto` is `evolutionary` below 100 measurements and `screened_tpe` from 100 up on all six spaces (no
+    # budget covers a space), so neither is repeated
     others = ",".join(f"{s}={args.other_repeats}" for s in ("model_based", "annealing", "genetic", "local"))
     os.makedirs(args.out, exist_ok=True)
     strategies = ["bench", "strategies", "--dataset", args.datasets, "--budgets", "20,50,100,200",
@@ -94,31 +97,39 @@ def without_switches(args: argparse.Namespace, h100_spaces: str) -> None:
     summary = summarize(run_many(paths, ["evolutionary"], [20, 50, 100, 200], 100, jobs=args.jobs, options=WITHOUT))
     with open(os.path.join(args.out, "strategies_without_switches_100seeds.json"), "w", encoding="utf-8") as f:
         json.dump({"datasets": summary, "options": WITHOUT, "repeats": 100}, f, indent=2)
-    default_path = os.path.join(args.out, "strategies_100seeds.json")
+    # since the seventeenth session `auto` is `screened_tpe` from 100 measurements up: compare with the
+    # evolutionary search's own 100 seeds
+    default_path = os.path.join(args.out, "strategies_evolutionary_100seeds.json")
     default: dict = {}
     if os.path.exists(default_path):
         with open(default_path, encoding="utf-8") as f:
             default = json.load(f)["datasets"]
-    print("default (strategies_100seeds.json) / explore_switches=False, mean over 100 seeds")
+    print("evolutionary (strategies_evolutionary_100seeds.json) / explore_switches=False, mean over 100 seeds")
     for ds, per in summary.items():
         cells = []
         for b in ("20", "50", "100", "200"):
-            ours = default.get(ds, {}).get("auto", {}).get(b, {}).get("mean", float("nan"))
+            ours = default.get(ds, {}).get("evolutionary", {}).get(b, {}).get("mean", float("nan"))
             cells.append(f"{ours:.3f} / {per['evolutionary'][b]['mean']:.3f}")
         print(f"  {ds[:34]:34s} " + "  ".join(cells))
 
 
 def without_switches_held_out(args: argparse.Namespace) -> None:
-    """The default against the search without per-switch exploring in one run, on seeds
-    100..199 of the two spaces it moves most (found on seeds 0..59 of convolution_milo-A4000)."""
+    """The evolutionary search with and without per-switch exploring, on seeds 100..199 of the
+    two spaces it moves most (found on seeds 0..59 of convolution_milo-A4000). The published
+    file (2026-11-22) labels the search with it `auto`, which it was at every budget until the
+    seventeenth session."""
     from tensortune.bench.replay import run_many, summarize
 
     paths = [os.path.join(args.datasets, f"convolution_milo-{gpu}.json.gz") for gpu in ("A100", "A4000")]
-    summary = summarize(run_many(paths, ["auto", "evolutionary"], [100, 200], 100, jobs=args.jobs, first_seed=100,
+    summary = summarize(run_many(paths, ["evolutionary"], [100, 200], 100, jobs=args.jobs, first_seed=100))
+    without = summarize(run_many(paths, ["evolutionary"], [100, 200], 100, jobs=args.jobs, first_seed=100,
                                  options=WITHOUT))
+    for ds in summary:
+        summary[ds]["auto"] = summary[ds].pop("evolutionary")  # the published file's name for the search with it
+        summary[ds]["evolutionary"] = without[ds]["evolutionary"]
     with open(os.path.join(args.out, "strategies_without_switches_seeds100-199.json"), "w", encoding="utf-8") as f:
         json.dump({"datasets": summary, "options": WITHOUT, "repeats": 100, "first_seed": 100}, f, indent=2)
-    print("seeds 100..199: default (auto) / explore_switches=False (evolutionary), mean ±se")
+    print("seeds 100..199: evolutionary with / without explore_switches, mean ±se")
     for ds, per in summary.items():
         cells = [f"N={b}: {per['auto'][b]['mean']:.3f} ±{per['auto'][b]['se']:.3f} / "
                  f"{per['evolutionary'][b]['mean']:.3f} ±{per['evolutionary'][b]['se']:.3f}" for b in ("100", "200")]
