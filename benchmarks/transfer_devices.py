@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import statistics
 import sys
@@ -43,15 +42,16 @@ WORKLOAD = Workload.make("convolution_milo")  # one kernel, one space: the devic
 
 
 @lru_cache(maxsize=2)  # each worker process reads each cache once, not once per seed
-def _dataset(name: str):
+def _dataset(name: str, datasets: str = DATASETS):
     ours = os.path.join(HELD_OUT, f"{name}.json.gz")
-    return load_kernel_tuner_cache(ours if os.path.exists(ours) else os.path.join(DATASETS, f"{name}.json.gz"))
+    return load_kernel_tuner_cache(ours if os.path.exists(ours) else os.path.join(datasets, f"{name}.json.gz"))
 
 
-def one_seed(args: tuple[str, str, int, list[int], int]) -> dict:
-    """Scores on the target for every budget, with and without transfer, for one seed."""
-    source_name, target_name, source_budget, budgets, seed = args
-    source, target = _dataset(source_name), _dataset(target_name)
+def one_seed(args: tuple[str, str, int, list[int], int, str]) -> dict:
+    """Scores on the target for every budget, with and without transfer, for one seed
+    (the last argument: the folder of the Kernel Tuner caches)."""
+    source_name, target_name, source_budget, budgets, seed, datasets = args
+    source, target = _dataset(source_name, datasets), _dataset(target_name, datasets)
     db = Database(":memory:")
     Tuner(source.space, source.runner(), workload=WORKLOAD, target=Target.make("replay", source.device),
           db=db, budget=source_budget, seed=seed, progress=False).run()
@@ -88,7 +88,6 @@ def _pairs(text: str) -> list[tuple[str, str]]:
 
 
 def main() -> None:
-    global DATASETS
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--budgets", default="20,50,100", type=_budgets, help="comma-separated measurement budgets")
@@ -98,15 +97,15 @@ def main() -> None:
     p.add_argument("--pairs", default=PAIRS, type=_pairs, help="SOURCE:TARGET dataset names, comma-separated")
     p.add_argument("--datasets", default=DATASETS, help="folder of the Kernel Tuner caches")
     opts = p.parse_args()
-    DATASETS = opts.datasets  # read by the forked workers
-    if not os.path.isdir(DATASETS):
-        sys.exit(f"no datasets at {DATASETS}")
+    if not os.path.isdir(opts.datasets):
+        sys.exit(f"no datasets at {opts.datasets}")
     budgets = opts.budgets
     start = time.perf_counter()
     out: dict = {}
-    with ProcessPoolExecutor(opts.jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+    with ProcessPoolExecutor(opts.jobs) as pool:
         for source_name, target_name in opts.pairs:
-            tasks = [(source_name, target_name, opts.source_budget, budgets, s) for s in range(opts.repeats)]
+            tasks = [(source_name, target_name, opts.source_budget, budgets, s, opts.datasets)
+                     for s in range(opts.repeats)]
             runs = list(pool.map(one_seed, tasks))
             row = {}
             for budget in budgets:
