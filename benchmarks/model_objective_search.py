@@ -20,6 +20,7 @@ import statistics
 from concurrent.futures import ProcessPoolExecutor
 
 from tensortune.bench.replay import replay_run
+from tensortune.datasets import dataset_name
 from tensortune.model import XGBParams
 
 VARIANTS = {
@@ -49,7 +50,7 @@ def main() -> None:
     out: dict[str, dict[str, float]] = {}
     with ProcessPoolExecutor(args.jobs) as pool:
         for path in paths:
-            name = os.path.basename(path).removesuffix(".json.gz")
+            name = dataset_name(path)
             for variant in VARIANTS:
                 tasks = [(path, variant, args.budget, seed) for seed in range(args.repeats)]
                 out.setdefault(name, {})[variant] = round(statistics.mean(pool.map(_score, tasks)), 4)

@@ -24,6 +24,7 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import datetime
 import json
@@ -33,7 +34,7 @@ import sys
 import time
 
 from tensortune.bench.replay import ReplayTask, RunResult, mean_over_datasets, run_tasks, summarize
-from tensortune.datasets import find_datasets
+from tensortune.datasets import dataset_name, find_datasets
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -47,8 +48,7 @@ DEFAULT_DIRS = [os.path.join(HERE, "..", "..", "shared", "datasets", "kernel_tun
 
 def dataset_paths(dirs: list[str]) -> dict[str, str]:
     """Dataset name (as the benchmark files key it) -> cache file."""
-    return {p.name.removesuffix(".gz").removesuffix(".json"): str(p)
-            for d in dirs if os.path.isdir(d) for p in find_datasets(d)}
+    return {dataset_name(p): str(p) for d in dirs if os.path.isdir(d) for p in find_datasets(d)}
 
 
 def wanted_runs(payload: dict, budgets: list[int] | None) -> set[tuple[str, int, int]]:
@@ -76,7 +76,7 @@ def load_runs(path: str) -> dict[tuple[str, int, int], RunResult]:
 def refreshed(payload: dict, runs: dict[tuple[str, int, int], RunResult], wanted: set, note: dict) -> dict:
     """The file with its `auto` cells made of `runs` and everything derived from them recomputed."""
     fresh = summarize(runs[k] for k in sorted(wanted))
-    out = json.loads(json.dumps(payload))
+    out = copy.deepcopy(payload)
     for ds, per_strategy in fresh.items():
         out["datasets"][ds][OURS].update(per_strategy[OURS])
     if "mean" in out:

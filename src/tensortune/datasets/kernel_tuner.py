@@ -168,9 +168,14 @@ def load_kernel_tuner_cache(path: str | os.PathLike[str]) -> ReplayDataset:
         space = Space({n: tune_params[n] for n in names}, constraints=[measured])
     except SpaceError as exc:
         raise ValueError(f"{path}: {exc}") from exc
-    name = path.name.removesuffix(".gz").removesuffix(".json")
-    return ReplayDataset(name, str(data.get("device_name", "")), str(data.get("kernel_name", "")),
+    return ReplayDataset(dataset_name(path), str(data.get("device_name", "")), str(data.get("kernel_name", "")),
                          space, results, str(data.get("objective", "time")))
+
+
+def dataset_name(path: str | os.PathLike[str]) -> str:
+    """A cache's dataset name, as replays and benchmark files key it: its file name
+    without `.json` or `.json.gz` (`gemm-RTX_3090.json.gz` -> `gemm-RTX_3090`)."""
+    return Path(path).name.removesuffix(".gz").removesuffix(".json")
 
 
 def find_datasets(folder: str | os.PathLike[str]) -> list[Path]:
