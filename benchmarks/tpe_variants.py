@@ -18,7 +18,7 @@ spaces (docs/benchmarks/spaces) and the two held out (docs/benchmarks/spaces_hel
 `--only A,B` keeps the spaces whose file name contains one of the substrings, `--budgets`
 picks budgets.
 
-`--plot FILE` draws the variants' curves beside `auto` and `tpe` from the published
+`--plot FILE` draws the variants' curves beside `auto`, `tpe` and `evolutionary` from the published
 100-seed files; `--plot-only JSON` draws a file this script wrote (or several runs of it
 merged) without replaying anything.
 
@@ -46,7 +46,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PUBLISHED = os.path.join(HERE, "..", "docs", "benchmarks")
 BESIDE = {"auto": ["strategies_100seeds.json", "peers_cuda_convolution_100seeds.json",
                    "strategies_relu_tall_100seeds.json"],
-          "tpe": ["strategies_tpe_100seeds.json"]}
+          "tpe": ["strategies_tpe_100seeds.json"],
+          "evolutionary": ["strategies_evolutionary_100seeds.json"]}  # the default until the seventeenth session
 SPACES = [os.path.join(HERE, "..", "..", "shared", "datasets", "kernel_tuner", "*-*.json.gz"),
           os.path.join(HERE, "..", "docs", "benchmarks", "spaces", "*.json.gz"),
           os.path.join(HERE, "..", "docs", "benchmarks", "spaces_held_out", "*.json.gz")]
@@ -66,7 +67,7 @@ def main() -> None:
     parser.add_argument("--only", default="")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", default="")
-    parser.add_argument("--plot", default="", help="write the curves, beside auto's and tpe's, as PNG")
+    parser.add_argument("--plot", default="", help="write the curves, beside auto's, tpe's and evolutionary's, as PNG")
     parser.add_argument("--plot-only", default="", help="plot this JSON of an earlier run instead of replaying")
     parser.add_argument("--datasets", default="", help="a folder holding the six Kernel Tuner caches, "
                         "where ../shared/datasets/kernel_tuner is not beside the repository")
@@ -104,8 +105,8 @@ def main() -> None:
 
 
 def plot_beside_published(datasets: dict, path: str) -> None:
-    """Curves of the variants in `datasets`, with auto's and tpe's published 100-seed
-    figures on the same spaces."""
+    """Curves of the variants in `datasets`, with auto's, tpe's and evolutionary's published
+    100-seed figures on the same spaces."""
     summary = {d: dict(by_variant) for d, by_variant in datasets.items()}
     for name, files in BESIDE.items():
         for file in files:
