@@ -113,11 +113,12 @@ def without_switches(args: argparse.Namespace, h100_spaces: str) -> None:
         print(f"  {ds[:34]:34s} " + "  ".join(cells))
 
 
+WITHOUT_LABEL = "evolutionary[explore_switches=False]"
+
+
 def without_switches_held_out(args: argparse.Namespace) -> None:
     """The evolutionary search with and without per-switch exploring, on seeds 100..199 of the
-    two spaces it moves most (found on seeds 0..59 of convolution_milo-A4000). The published
-    file (2026-11-22) labels the search with it `auto`, which it was at every budget until the
-    seventeenth session."""
+    two spaces it moves most (found on seeds 0..59 of convolution_milo-A4000)."""
     from tensortune.bench.replay import run_many, summarize
 
     paths = [os.path.join(args.datasets, f"convolution_milo-{gpu}.json.gz") for gpu in ("A100", "A4000")]
@@ -125,14 +126,14 @@ def without_switches_held_out(args: argparse.Namespace) -> None:
     without = summarize(run_many(paths, ["evolutionary"], [100, 200], 100, jobs=args.jobs, first_seed=100,
                                  options=WITHOUT))
     for ds in summary:
-        summary[ds]["auto"] = summary[ds].pop("evolutionary")  # the published file's name for the search with it
-        summary[ds]["evolutionary"] = without[ds]["evolutionary"]
+        summary[ds][WITHOUT_LABEL] = without[ds]["evolutionary"]
     with open(os.path.join(args.out, "strategies_without_switches_seeds100-199.json"), "w", encoding="utf-8") as f:
-        json.dump({"datasets": summary, "options": WITHOUT, "repeats": 100, "first_seed": 100}, f, indent=2)
+        json.dump({"datasets": summary, "options": {WITHOUT_LABEL: WITHOUT["evolutionary"]}, "repeats": 100,
+                   "first_seed": 100}, f, indent=2)
     print("seeds 100..199: evolutionary with / without explore_switches, mean ±se")
     for ds, per in summary.items():
-        cells = [f"N={b}: {per['auto'][b]['mean']:.3f} ±{per['auto'][b]['se']:.3f} / "
-                 f"{per['evolutionary'][b]['mean']:.3f} ±{per['evolutionary'][b]['se']:.3f}" for b in ("100", "200")]
+        cells = [f"N={b}: " + " / ".join(f"{per[k][b]['mean']:.3f} ±{per[k][b]['se']:.3f}"
+                                         for k in ("evolutionary", WITHOUT_LABEL)) for b in ("100", "200")]
         print(f"  {ds:24s} " + "  ".join(cells))
 
 
