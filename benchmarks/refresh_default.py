@@ -63,13 +63,22 @@ def wanted_runs(payload: dict, budgets: list[int] | None) -> set[tuple[str, int,
 
 
 def load_runs(path: str) -> dict[tuple[str, int, int], RunResult]:
+    """The runs logged at `path`. A last line cut short (the command was killed while writing
+    it) is skipped with a warning, and its run is made again; any other bad line is an error."""
     runs: dict[tuple[str, int, int], RunResult] = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    r = RunResult(**json.loads(line))
-                    runs[(r.dataset, r.budget, r.seed)] = r
+    if not os.path.exists(path):
+        return runs
+    with open(path, encoding="utf-8") as f:
+        lines = [line for line in f.read().split("\n") if line.strip()]
+    for number, line in enumerate(lines, 1):
+        try:
+            r = RunResult(**json.loads(line))
+        except (json.JSONDecodeError, TypeError) as e:
+            if number == len(lines):
+                print(f"{path}: line {number} is cut short, its run will be made again", flush=True)
+                break
+            raise SystemExit(f"{path}: line {number} is not a logged run ({e})") from e
+        runs[(r.dataset, r.budget, r.seed)] = r
     return runs
 
 

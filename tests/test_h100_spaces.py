@@ -178,3 +178,24 @@ def test_refresh_default_re_measures_only_the_defaults_cells(tmp_path):
     assert "2 to make" in first and len(log.read_text().splitlines()) == 2
     again = subprocess.run(command, check=True, capture_output=True, text=True, timeout=600).stdout
     assert "0 to make" in again and json.loads(path.read_text())["datasets"] == fresh["datasets"]
+
+
+def test_refresh_default_resumes_after_a_log_line_cut_short(tmp_path):
+    from tensortune.bench.replay import run_many, summarize
+
+    truth = summarize(run_many([SPACE], ["auto"], [10], 2))
+    path, log = tmp_path / "bench.json", tmp_path / "runs.jsonl"
+    path.write_text(json.dumps({"datasets": truth, "budgets": [10]}))
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "refresh_default.py"), str(path), "--runs", str(log),
+               "--jobs", "1", "--datasets", os.path.dirname(SPACE)]
+    subprocess.run(command, check=True, capture_output=True, timeout=600)
+    whole = log.read_text().splitlines()
+    log.write_text(whole[0] + "\n" + whole[1][: len(whole[1]) // 2])  # killed while writing the second run
+    again = subprocess.run(command, check=True, capture_output=True, text=True, timeout=600).stdout
+    assert "cut short" in again and "1 to make" in again
+    cell = json.loads(path.read_text())["datasets"]["triton_matmul_256x8192x4096-H100"]["auto"]["10"]
+    expected = truth["triton_matmul_256x8192x4096-H100"]["auto"]["10"]
+    assert [cell[k] for k in ("mean", "se", "p10", "runs")] == [expected[k] for k in ("mean", "se", "p10", "runs")]
+    log.write_text("not a run\n" + log.read_text())
+    broken = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert broken.returncode != 0 and "line 1 is not a logged run" in broken.stderr
