@@ -123,3 +123,49 @@ def test_the_model_screens_tpe_candidates_before_l_over_g_picks():
     assert picked and len(picked[0]) <= 12  # half of at most 24 draws
     with pytest.raises(ValueError, match="keep"):
         ScreenedTPESearch(space, keep=0.0)
+
+
+def test_corner_bests_keep_each_switch_corners_best_in_the_good_set():
+    from tensortune.search.screened_tpe import ScreenedTPESearch
+
+    # corner (s=0, t=0) has a plateau of nearly equal times that fills the plain good set
+    # (4 of 40 points); corner (s=1, t=1) is a little slower but among the fastest quarter;
+    # the other two corners are slow everywhere
+    space = Space({"x": list(range(10)), "s": [0, 1], "t": [0, 1]})
+    times = {}
+    for x in range(10):
+        times[(x, 0, 0)] = 1.00 + 0.001 * x if x < 4 else 2.0 + x
+        times[(x, 1, 1)] = 1.05 + 0.1 * x
+        times[(x, 1, 0)] = 5.0 + x
+        times[(x, 0, 1)] = 3.0 + x
+    search = ScreenedTPESearch(space, seed=0, corner_bests=True)
+    plain = ScreenedTPESearch(space, seed=0)
+    assert search.proposer.corners == [1, 2] and plain.proposer.corners == []
+    for s in (search, plain):
+        s.tell([MeasureResult(s.ops.config(p), (t,)) for p, t in times.items()])
+    good = search.proposer.densities(search)[0].points
+    corners = {(int(p[1]), int(p[2])) for p in good}
+    assert (1, 1) in corners and (1, 0) not in corners and (0, 1) not in corners
+    assert [p for p in good.tolist() if p[1:] == [1, 1]] == [[0, 1, 1]]  # that corner's fastest only
+    assert {(int(p[1]), int(p[2])) for p in plain.proposer.densities(plain)[0].points} == {(0, 0)}
+    with pytest.raises(ValueError, match="corner_quantile"):
+        ScreenedTPESearch(space, corner_bests=True, corner_quantile=0.0)
+
+
+def test_a_space_with_too_many_switches_has_no_corners():
+    space = Space({f"s{i}": [0, 1] for i in range(7)} | {"x": [1, 2, 3]})
+    assert create_strategy("screened_tpe", space, seed=0, corner_bests=True).proposer.corners == []
+    assert len(create_strategy("screened_tpe", Space({f"s{i}": [0, 1] for i in range(6)}), seed=0,
+                               corner_bests=True).proposer.corners) == 6
+
+
+def test_corner_bests_on_a_replayed_space_with_switches(shared_datasets):
+    import os
+
+    from tensortune.bench.replay import replay_run
+
+    path = os.path.join(shared_datasets, "kernel_tuner", "convolution_milo-A100.json.gz")
+    runs = [replay_run(path, "screened_tpe", 30, seed, options={"corner_bests": True}) for seed in (0, 0, 1)]
+    assert all(r.trials == 30 and 0 < r.score <= 1 for r in runs)
+    same = ("score", "failures", "simulated_seconds")
+    assert [getattr(runs[0], f) for f in same] == [getattr(runs[1], f) for f in same]  # seeded

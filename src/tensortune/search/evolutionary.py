@@ -58,7 +58,6 @@ from .guided import ModelGuidedSearch
 from .points import Point, unique
 from .tpe import ParzenProposer
 
-MAX_SWITCH_COMBINATIONS = 64  # more two-valued parameters than this allows: no per-switch exploring
 SWITCH_SEEDS = 64  # top-ranked points projected onto each switch combination
 
 
@@ -79,9 +78,7 @@ class EvolutionarySearch(ModelGuidedSearch):
         self.explore_share = explore_share
         self.explore_distance = max(1, min(explore_distance, len(self.ops.free)))
         self.stall = stall
-        self.switches = [k for k in self.ops.free if self.ops.sizes[k] == 2] if explore_switches else []
-        if 2 ** len(self.switches) > MAX_SWITCH_COMBINATIONS:
-            self.switches = []
+        self.switches = self.ops.switches() if explore_switches else []
         if not 0.0 <= tpe_share <= 1.0:
             raise ValueError(f"tpe_share must lie in [0, 1], got {tpe_share}")
         self.tpe_share = tpe_share

@@ -25,6 +25,8 @@ from ..space import Categorical, Config, Space, SpaceError
 
 Point = tuple[int, ...]
 
+MAX_SWITCH_COMBINATIONS = 64  # more two-valued parameters than this: too many corners to tell apart
+
 
 class PointOps:
     """The moves strategies make; remembers which points are valid."""
@@ -61,6 +63,13 @@ class PointOps:
         if known is None:
             known = self._valid[point] = bool(self.space.is_valid_point(point))
         return known
+
+    def switches(self) -> list[int]:
+        """The two-valued parameters (a switch often selects a code path: shared memory or
+        not, padding or not), or none when their combinations, the space's corners, exceed
+        MAX_SWITCH_COMBINATIONS."""
+        found = [k for k in self.free if self.sizes[k] == 2]
+        return found if 2 ** len(found) <= MAX_SWITCH_COMBINATIONS else []
 
     # ---- moves ---------------------------------------------------------------------------
     def random(self, n: int) -> list[Point]:

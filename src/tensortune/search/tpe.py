@@ -14,6 +14,14 @@ choice is made again, so g learns where the space ends and the search stops prop
 there. With `learn_invalid=False` invalid draws are only redrawn. Either way, a space
 too sparse for draws from l scores uniform valid points instead.
 
+With `corners` (a list of two-valued parameters, the space's switches), the good set
+also takes the fastest point of every combination of those switches, a corner, whose
+best is among the fastest `corner_quantile` of the measurements. The plain split lets one
+corner's plateau of nearly equal points fill the good set, after which l proposes only
+there; a corner whose start was a little slower, though its best is the space's best,
+is then left after a few draws. Keeping each corner's best in l keeps proposing near it
+(docs/benchmarks/strategies.md, "Corner bests in TPE's good set").
+
 With `multivariate=True` (the default, and the only form Optuna 5.0 runs) a kernel is a
 product over parameters centred on its point, so a draw is a good point with a few
 parameters changed at once; with `multivariate=False` each parameter has its own density
@@ -36,7 +44,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -82,13 +90,16 @@ class ParzenProposer:
 
     def __init__(self, gamma: float = 0.1, max_good: int = 25, candidates: int = 24,
                  prior_weight: float = 1.0, flat_recent: int = 25, multivariate: bool = True,
-                 learn_invalid: bool = True, invalid_tries: int = 50) -> None:
+                 learn_invalid: bool = True, invalid_tries: int = 50, corners: Sequence[int] = (),
+                 corner_quantile: float = 0.25) -> None:
         if not 0.0 < gamma < 1.0:
             raise ValueError(f"gamma must lie in (0, 1), got {gamma}")
         if candidates < 1 or max_good < 1 or flat_recent < 1:
             raise ValueError("candidates, max_good and flat_recent must be at least 1")
         if not prior_weight > 0.0:
             raise ValueError(f"prior_weight must be positive, got {prior_weight}")
+        if not 0.0 < corner_quantile <= 1.0:
+            raise ValueError(f"corner_quantile must lie in (0, 1], got {corner_quantile}")
         self.gamma = gamma
         self.max_good = max_good
         self.candidates = candidates
@@ -97,6 +108,8 @@ class ParzenProposer:
         self.multivariate = multivariate
         self.learn_invalid = learn_invalid
         self.invalid_tries = invalid_tries
+        self.corners = list(corners)
+        self.corner_quantile = corner_quantile
         # invalid points this proposer chose, each with how many measurements preceded it
         self.penalties: list[tuple[int, Point]] = []
 
@@ -158,10 +171,27 @@ class ParzenProposer:
         is_good = np.zeros(len(times), dtype=bool)
         is_good[np.argsort(times, kind="stable")[:n_good]] = True
         points = np.asarray(order, dtype=np.int64).reshape(len(order), len(search.ops.sizes))
+        if self.corners:
+            is_good[self.corner_bests(points, times)] = True
         make = JointParzen if self.multivariate else IndependentParzen
         sizes = search.ops.sizes
         return (make(points[is_good], weights[is_good], sizes, self.prior_weight),
                 make(points[~is_good], weights[~is_good], sizes, self.prior_weight))
+
+    def corner_bests(self, points: np.ndarray, times: np.ndarray) -> list[int]:
+        """Rows of the fastest point of each corner whose best is among the fastest
+        `corner_quantile` of the successful measurements (none before five: a quantile
+        of fewer says little)."""
+        finite = np.isfinite(times)
+        if finite.sum() < 5:
+            return []
+        cut = np.quantile(times[finite], self.corner_quantile)
+        best: dict[tuple[int, ...], int] = {}
+        for i in np.flatnonzero(finite & (times <= cut)).tolist():
+            corner = tuple(points[i, self.corners].tolist())
+            if corner not in best or times[i] < times[best[corner]]:
+                best[corner] = i
+        return list(best.values())
 
     def draws(self, search: PlannedSearch, good: "Parzen", exclude: set[Point], tries: int = 8) -> list[Point]:
         """Up to `candidates` distinct unseen valid points drawn from l; uniform valid
