@@ -12,11 +12,13 @@
 - `--bandit`: the `bandit` strategy over `evolutionary` and `tpe`, against the same.
 - `--screened`: `screened_tpe` (TPE's candidates screened by the cost model), against the
   same (strategies_screened_tpe_100seeds.json).
+- `--corners`: `screened_tpe` with `corner_bests=True` (each switch corner's best kept in
+  TPE's good set), against `auto` (strategies_corner_bests_100seeds.json).
 
 The spaces: the six Kernel Tuner caches (../shared/datasets/kernel_tuner), the nine H100
 spaces (docs/benchmarks/spaces) and the two held out (docs/benchmarks/spaces_held_out).
 `--only A,B` keeps the spaces whose file name contains one of the substrings, `--budgets`
-picks budgets.
+picks budgets, `--first-seed` the first of the seeds (200 for seeds not yet looked at).
 
 `--plot FILE` draws the variants' curves beside `auto`, `tpe` and `evolutionary` from the published
 100-seed files; `--plot-only JSON` draws a file this script wrote (or several runs of it
@@ -55,7 +57,8 @@ VARIANTS = {"independent": ("tpe", {"multivariate": False}),
             "without-invalid": ("tpe", {"learn_invalid": False}),
             "share": ("evolutionary", {"tpe_share": 0.5}),
             "bandit": ("bandit", {"arms": ("evolutionary", "tpe")}),
-            "screened": ("screened_tpe", {})}
+            "screened": ("screened_tpe", {}),
+            "corners": ("screened_tpe", {"corner_bests": True})}
 
 
 def main() -> None:
@@ -64,6 +67,7 @@ def main() -> None:
         parser.add_argument(f"--{name}", action="store_true")
     parser.add_argument("--budgets", default="20,50,100,200")
     parser.add_argument("--repeats", type=int, default=100)
+    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--only", default="")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", default="")
@@ -85,12 +89,12 @@ def main() -> None:
         named = ", ".join(f"--{name}" for name in VARIANTS)
         sys.exit(f"name a variant ({named}) and have spaces to replay (../shared present, or --datasets?)")
     budgets = [int(b) for b in args.budgets.split(",")]
-    out = {"repeats": args.repeats, "budgets": budgets, "datasets": {}}
+    out = {"repeats": args.repeats, "first_seed": args.first_seed, "budgets": budgets, "datasets": {}}
     for name in chosen:
         strategy, options = VARIANTS[name]
         start = time.perf_counter()
         summary = summarize(run_many(paths, [strategy], budgets, args.repeats, jobs=args.jobs,
-                                     options={strategy: options}))
+                                     first_seed=args.first_seed, options={strategy: options}))
         print(f"{name}: {strategy} {options}, {len(paths)} spaces, {time.perf_counter() - start:.0f} s")
         for dataset, by_strategy in summary.items():
             out["datasets"].setdefault(dataset, {})[name] = by_strategy[strategy]
