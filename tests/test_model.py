@@ -228,3 +228,20 @@ def test_alignment_and_power_of_two_features_separate_96_from_32_and_128():
     assert rows[:, fx.names.index("align.bx")].tolist() == [4, 5, 4, 5, 7]  # 96 aligns like 32 ...
     assert rows[:, fx.names.index("pow2.bx")].tolist() == [1, 1, 0, 0, 1]  # ... but is no power of two
     assert np.array_equal(fx.points([(i, 0) for i in range(5)]), rows)
+
+
+def test_the_optimum_rank_script_holds_the_optimum_out(shared_datasets, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "ranks.json"
+    subprocess.run([sys.executable, os.path.join(root, "benchmarks", "model_optimum_rank.py"), "--dataset",
+                    os.path.join(shared_datasets, "kernel_tuner", "pnpoly-RTX_3090.json.gz"), "--fractions",
+                    "0.2,0.9", "--splits", "2", "--json", str(out)], check=True, capture_output=True, timeout=300)
+    results = json.loads(out.read_text())["results"]
+    for by_fraction in results.values():
+        low, high = by_fraction["0.2"], by_fraction["0.9"]
+        assert len(low["ranks"]) == 2 and all(1 <= r <= low["held_out"] for r in low["ranks"])
+        assert high["held_out"] < low["held_out"]
