@@ -10,10 +10,15 @@
   drawn by TPE), against the default's 100-seed figures (strategies_100seeds.json and
   peers_cuda_convolution_100seeds.json, the same seeds).
 - `--bandit`: the `bandit` strategy over `evolutionary` and `tpe`, against the same.
-- `--screened`: `screened_tpe` (TPE's candidates screened by the cost model), against the
-  same (strategies_screened_tpe_100seeds.json).
-- `--corners`: `screened_tpe` with `corner_bests=True` (each switch corner's best kept in
-  TPE's good set), against `auto` (strategies_corner_bests_100seeds.json).
+- `--screened`: `screened_tpe` (TPE's candidates screened by the cost model) without
+  corner bests, as it was from the sixteenth to the eighteenth session, against the same
+  (strategies_screened_tpe_100seeds.json).
+- `--corners`: `screened_tpe` with `corner_bests=True, corner_fade=False` (each switch
+  corner's best kept in TPE's good set for the whole run), against `auto`
+  (strategies_corner_bests_100seeds.json).
+- `--fade`: `screened_tpe` as it is now, the corners' share shrinking to nothing over the
+  budget (`corner_fade=True`), which `auto` runs from 100 measurements up
+  (strategies_fade_seeds300-399.json).
 
 The spaces: the six Kernel Tuner caches (../shared/datasets/kernel_tuner), the nine H100
 spaces (docs/benchmarks/spaces) and the two held out (docs/benchmarks/spaces_held_out).
@@ -35,6 +40,7 @@ Usage (from the repository root):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import os
@@ -42,7 +48,7 @@ import sys
 import time
 
 from tensortune.bench.plot import plot_curves
-from tensortune.bench.replay import run_many, summarize
+from tensortune.bench.replay import RunResult, run_many, summarize
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PUBLISHED = os.path.join(HERE, "..", "docs", "benchmarks")
@@ -57,8 +63,9 @@ VARIANTS = {"independent": ("tpe", {"multivariate": False}),
             "without-invalid": ("tpe", {"learn_invalid": False}),
             "share": ("evolutionary", {"tpe_share": 0.5}),
             "bandit": ("bandit", {"arms": ("evolutionary", "tpe")}),
-            "screened": ("screened_tpe", {}),
-            "corners": ("screened_tpe", {"corner_bests": True})}
+            "screened": ("screened_tpe", {"corner_bests": False}),
+            "corners": ("screened_tpe", {"corner_bests": True, "corner_fade": False}),
+            "fade": ("screened_tpe", {"corner_bests": True, "corner_fade": True})}
 
 
 def main() -> None:
@@ -71,6 +78,8 @@ def main() -> None:
     parser.add_argument("--only", default="")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", default="")
+    parser.add_argument("--runs", default="", help="append every run, as it finishes, to this JSON-lines file "
+                        "(for paired comparisons; nothing is lost if the job is stopped)")
     parser.add_argument("--plot", default="", help="write the curves, beside auto's, tpe's and evolutionary's, as PNG")
     parser.add_argument("--plot-only", default="", help="plot this JSON of an earlier run instead of replaying")
     parser.add_argument("--datasets", default="", help="a folder holding the six Kernel Tuner caches, "
@@ -93,8 +102,13 @@ def main() -> None:
     for name in chosen:
         strategy, options = VARIANTS[name]
         start = time.perf_counter()
-        summary = summarize(run_many(paths, [strategy], budgets, args.repeats, jobs=args.jobs,
-                                     first_seed=args.first_seed, options={strategy: options}))
+        with open(args.runs or os.devnull, "a", encoding="utf-8") as stream:
+            def record(run: RunResult, variant: str = name) -> None:
+                stream.write(json.dumps({"variant": variant, **dataclasses.asdict(run)}) + "\n")
+                stream.flush()
+            summary = summarize(run_many(paths, [strategy], budgets, args.repeats, jobs=args.jobs,
+                                         first_seed=args.first_seed, options={strategy: options},
+                                         on_result=record))
         print(f"{name}: {strategy} {options}, {len(paths)} spaces, {time.perf_counter() - start:.0f} s")
         for dataset, by_strategy in summary.items():
             out["datasets"].setdefault(dataset, {})[name] = by_strategy[strategy]

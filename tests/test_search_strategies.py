@@ -17,6 +17,7 @@ STRATEGIES = [
     ("evolutionary", {"tpe_share": 0.5}), ("model_based", {}), ("local", {}), ("auto", {}),
     ("bandit", {}), ("tpe", {}),
     ("tpe", {"multivariate": False}), ("tpe", {"learn_invalid": False}), ("screened_tpe", {}),
+    ("screened_tpe", {"corner_bests": False}),
 ]
 IDS = [name + ("-" + "-".join(f"{v}" for v in opts.values()) if opts else "") for name, opts in STRATEGIES]
 

@@ -125,9 +125,7 @@ def test_the_model_screens_tpe_candidates_before_l_over_g_picks():
         ScreenedTPESearch(space, keep=0.0)
 
 
-def test_corner_bests_keep_each_switch_corners_best_in_the_good_set():
-    from tensortune.search.screened_tpe import ScreenedTPESearch
-
+def _plateau_and_a_better_corner() -> tuple[Space, dict]:
     # corner (s=0, t=0) has a plateau of nearly equal times that fills the plain good set
     # (4 of 40 points); corner (s=1, t=1) is a little slower but among the fastest quarter;
     # the other two corners are slow everywhere
@@ -138,18 +136,45 @@ def test_corner_bests_keep_each_switch_corners_best_in_the_good_set():
         times[(x, 1, 1)] = 1.05 + 0.1 * x
         times[(x, 1, 0)] = 5.0 + x
         times[(x, 0, 1)] = 3.0 + x
-    search = ScreenedTPESearch(space, seed=0, corner_bests=True)
-    plain = ScreenedTPESearch(space, seed=0)
+    return space, times
+
+
+def _good_corners(search) -> set[tuple[int, int]]:
+    return {(int(p[1]), int(p[2])) for p in search.proposer.densities(search)[0].points}
+
+
+def test_corner_bests_keep_each_switch_corners_best_in_the_good_set():
+    from tensortune.search.screened_tpe import ScreenedTPESearch
+
+    space, times = _plateau_and_a_better_corner()
+    search = ScreenedTPESearch(space, seed=0)  # the default keeps corners (no budget: no fading)
+    plain = ScreenedTPESearch(space, seed=0, corner_bests=False)
     assert search.proposer.corners == [1, 2] and plain.proposer.corners == []
     for s in (search, plain):
         s.tell([MeasureResult(s.ops.config(p), (t,)) for p, t in times.items()])
     good = search.proposer.densities(search)[0].points
-    corners = {(int(p[1]), int(p[2])) for p in good}
-    assert (1, 1) in corners and (1, 0) not in corners and (0, 1) not in corners
+    assert _good_corners(search) == {(0, 0), (1, 1)}
     assert [p for p in good.tolist() if p[1:] == [1, 1]] == [[0, 1, 1]]  # that corner's fastest only
-    assert {(int(p[1]), int(p[2])) for p in plain.proposer.densities(plain)[0].points} == {(0, 0)}
+    assert _good_corners(plain) == {(0, 0)}
     with pytest.raises(ValueError, match="corner_quantile"):
         ScreenedTPESearch(space, corner_bests=True, corner_quantile=0.0)
+
+
+def test_corner_bests_fade_over_the_budget():
+    from tensortune.search.screened_tpe import ScreenedTPESearch
+
+    space, times = _plateau_and_a_better_corner()
+    kept = {}
+    for budget in (80, 41, 40):
+        search = ScreenedTPESearch(space, seed=0, budget=budget)
+        search.tell([MeasureResult(search.ops.config(p), (t,)) for p, t in times.items()])
+        kept[budget] = (search.proposer.corner_share(search), _good_corners(search))
+    assert kept[80] == (0.125, {(0, 0), (1, 1)})  # half the budget left: half the quarter
+    assert kept[41][1] == {(0, 0)} and 0 < kept[41][0] < 0.01  # one measurement left
+    assert kept[40] == (0.0, {(0, 0)})  # budget spent: plain TPE
+    steady = ScreenedTPESearch(space, seed=0, budget=40, corner_fade=False)
+    steady.tell([MeasureResult(steady.ops.config(p), (t,)) for p, t in times.items()])
+    assert steady.proposer.corner_share(steady) == 0.25 and _good_corners(steady) == {(0, 0), (1, 1)}
 
 
 def test_a_space_with_too_many_switches_has_no_corners():
@@ -165,7 +190,7 @@ def test_corner_bests_on_a_replayed_space_with_switches(shared_datasets):
     from tensortune.bench.replay import replay_run
 
     path = os.path.join(shared_datasets, "kernel_tuner", "convolution_milo-A100.json.gz")
-    runs = [replay_run(path, "screened_tpe", 30, seed, options={"corner_bests": True}) for seed in (0, 0, 1)]
+    runs = [replay_run(path, "screened_tpe", 30, seed) for seed in (0, 0, 1)]  # corners kept, fading
     assert all(r.trials == 30 and 0 < r.score <= 1 for r in runs)
     same = ("score", "failures", "simulated_seconds")
     assert [getattr(runs[0], f) for f in same] == [getattr(runs[1], f) for f in same]  # seeded

@@ -20,7 +20,9 @@ best is among the fastest `corner_quantile` of the measurements. The plain split
 corner's plateau of nearly equal points fill the good set, after which l proposes only
 there; a corner whose start was a little slower, though its best is the space's best,
 is then left after a few draws. Keeping each corner's best in l keeps proposing near it
-(docs/benchmarks/strategies.md, "Corner bests in TPE's good set").
+(docs/benchmarks/strategies.md, "Corner bests in TPE's good set"). With `corner_fade` the
+quantile is scaled by the share of the budget still to spend, so the corners' pull is
+gone by the budget's end ("Corner bests that fade").
 
 With `multivariate=True` (the default, and the only form Optuna 5.0 runs) a kernel is a
 product over parameters centred on its point, so a draw is a good point with a few
@@ -91,7 +93,7 @@ class ParzenProposer:
     def __init__(self, gamma: float = 0.1, max_good: int = 25, candidates: int = 24,
                  prior_weight: float = 1.0, flat_recent: int = 25, multivariate: bool = True,
                  learn_invalid: bool = True, invalid_tries: int = 50, corners: Sequence[int] = (),
-                 corner_quantile: float = 0.25) -> None:
+                 corner_quantile: float = 0.25, corner_fade: bool = False) -> None:
         if not 0.0 < gamma < 1.0:
             raise ValueError(f"gamma must lie in (0, 1), got {gamma}")
         if candidates < 1 or max_good < 1 or flat_recent < 1:
@@ -110,6 +112,7 @@ class ParzenProposer:
         self.invalid_tries = invalid_tries
         self.corners = list(corners)
         self.corner_quantile = corner_quantile
+        self.corner_fade = corner_fade
         # invalid points this proposer chose, each with how many measurements preceded it
         self.penalties: list[tuple[int, Point]] = []
 
@@ -172,20 +175,28 @@ class ParzenProposer:
         is_good[np.argsort(times, kind="stable")[:n_good]] = True
         points = np.asarray(order, dtype=np.int64).reshape(len(order), len(search.ops.sizes))
         if self.corners:
-            is_good[self.corner_bests(points, times)] = True
+            is_good[self.corner_bests(points, times, self.corner_share(search))] = True
         make = JointParzen if self.multivariate else IndependentParzen
         sizes = search.ops.sizes
         return (make(points[is_good], weights[is_good], sizes, self.prior_weight),
                 make(points[~is_good], weights[~is_good], sizes, self.prior_weight))
 
-    def corner_bests(self, points: np.ndarray, times: np.ndarray) -> list[int]:
+    def corner_share(self, search: PlannedSearch) -> float:
+        """The share of the measurements a corner's best must rank in: `corner_quantile`,
+        or with `corner_fade` that times the share of the budget still to spend (the
+        quantile when the budget is unknown)."""
+        if not self.corner_fade or not search.budget:
+            return self.corner_quantile
+        return self.corner_quantile * max(0.0, 1.0 - len(search.measured) / search.budget)
+
+    def corner_bests(self, points: np.ndarray, times: np.ndarray, quantile: float) -> list[int]:
         """Rows of the fastest point of each corner whose best is among the fastest
-        `corner_quantile` of the successful measurements (none before five: a quantile
-        of fewer says little)."""
+        `quantile` of the successful measurements (none before five: a quantile of fewer
+        says little)."""
         finite = np.isfinite(times)
-        if finite.sum() < 5:
+        if finite.sum() < 5 or quantile <= 0.0:
             return []
-        cut = np.quantile(times[finite], self.corner_quantile)
+        cut = np.quantile(times[finite], quantile)
         best: dict[tuple[int, ...], int] = {}
         for i in np.flatnonzero(finite & (times <= cut)).tolist():
             corner = tuple(points[i, self.corners].tolist())
