@@ -15,7 +15,7 @@ measurements (`ParzenProposer`'s `corners`), so one corner's plateau cannot crow
 corner's promising start out of l. With `corner_fade` (the default) that share shrinks
 with the budget left, to none at its end: corners are explored early and the incumbent's
 corner finished late (docs/benchmarks/strategies.md, "Corner bests that fade":
-convolution_milo-A100 at N=100 goes from 0.891 to 0.903 over 400 seeds, and N=200 holds;
+convolution_milo-A100 at N=100 goes from 0.894 to 0.906 over 600 seeds, and N=200 holds;
 kept all the way, corners cost 0.018 at N=200).
 
 One point per plan by default: the model and the densities learn from each measurement
