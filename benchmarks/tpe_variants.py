@@ -23,7 +23,8 @@
 The spaces: the six Kernel Tuner caches (../shared/datasets/kernel_tuner), the nine H100
 spaces (docs/benchmarks/spaces) and the two held out (docs/benchmarks/spaces_held_out).
 `--only A,B` keeps the spaces whose file name contains one of the substrings, `--budgets`
-picks budgets, `--first-seed` the first of the seeds (200 for seeds not yet looked at).
+picks budgets, `--first-seed` the first of the seeds (convolution_milo-A100 has been
+replayed up to seed 599, so held-out checks there start at 600).
 
 `--plot FILE` draws the variants' curves beside `auto`, `tpe` and `evolutionary` from the published
 100-seed files; `--plot-only JSON` draws a file this script wrote (or several runs of it
