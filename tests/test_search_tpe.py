@@ -68,7 +68,8 @@ def test_invalid_choices_are_learned_as_failures_in_the_order_they_were_made():
     tpe = create_strategy("tpe", space, seed=1, budget=24)
     while len(tpe.measured) < 24:
         tpe.tell([MeasureResult(c, (1.0 + 8 - c["a"] + c["b"],)) for c in tpe.ask(1)])
-    penalties = tpe.proposer.penalties
+    penalties = [(before, p) for before, p, time in tpe.proposer.learned]
+    assert all(time == float("inf") for *_, time in tpe.proposer.learned)  # no repeats unless asked
     assert penalties and all(p[0] >= 8 for _, p in penalties)
     assert [before for before, _ in penalties] == sorted(before for before, _ in penalties)
     points, times = tpe.proposer.history(tpe)
@@ -79,11 +80,35 @@ def test_invalid_choices_are_learned_as_failures_in_the_order_they_were_made():
     off = create_strategy("tpe", space, seed=1, budget=24, learn_invalid=False)
     while len(off.measured) < 24:
         off.tell([MeasureResult(c, (1.0 + 8 - c["a"] + c["b"],)) for c in off.ask(1)])
-    assert not off.proposer.penalties
+    assert not off.proposer.learned
+
+
+@pytest.mark.parametrize("strategy", ["tpe", "screened_tpe"])
+def test_repeated_choices_are_told_again_with_their_measured_time(strategy):
+    # a narrow valley: l's best draw is often a point measured already, as in Optuna's loop
+    space = Space({"a": list(range(10)), "b": list(range(10))})
+    tpe = create_strategy(strategy, space, seed=0, budget=40, learn_repeats=True)
+    order = []
+    while len(tpe.measured) < 40:
+        batch = tpe.ask(1)
+        assert batch and all(tpe.ops.point(c) not in tpe.measured for c in batch)
+        tpe.tell([MeasureResult(c, (1.0 + abs(c["a"] - 6) + 2 * abs(c["b"] - 2),)) for c in batch])
+        order.append(tpe.ops.point(batch[0]))
+    repeats = [(before, p, t) for before, p, t in tpe.proposer.learned if t != float("inf")]
+    assert len(repeats) >= 5, "measured points were seldom proposed again"
+    assert all(tpe.measured[p] == t and order.index(p) < before for before, p, t in repeats)
+    points, times = tpe.proposer.history(tpe)
+    assert len(points) == len(tpe.measured) + len(tpe.proposer.learned)
+    assert min(times) == min(tpe.measured.values())
+    plain = create_strategy(strategy, space, seed=0, budget=40)
+    while len(plain.measured) < 40:
+        plain.tell([MeasureResult(c, (1.0 + abs(c["a"] - 6) + 2 * abs(c["b"] - 2),)) for c in plain.ask(1)])
+    assert all(t == float("inf") for *_, t in plain.proposer.learned)
 
 
 @pytest.mark.parametrize("options, error", [
-    ({"gamma": 1.0}, "gamma"), ({"candidates": 0}, "at least 1"), ({"prior_weight": 0.0}, "prior_weight")])
+    ({"gamma": 1.0}, "gamma"), ({"candidates": 0}, "at least 1"), ({"prior_weight": 0.0}, "prior_weight"),
+    ({"learn_repeats": True, "learn_invalid": False}, "learn_repeats needs learn_invalid")])
 def test_bad_options_are_named(options, error):
     with pytest.raises(ValueError, match=error):
         create_strategy("tpe", Space({"a": [1, 2]}), **options)

@@ -51,7 +51,8 @@ class ScreenedTPESearch(ModelGuidedSearch):
                  keep: float = 0.5, plan_size: int | None = 1, gamma: float = 0.1, max_good: int = 25,
                  candidates: int = 24, prior_weight: float = 1.0, flat_recent: int = 25,
                  multivariate: bool = True, learn_invalid: bool = True, corner_bests: bool = True,
-                 corner_quantile: float = 0.25, corner_fade: bool = True, **options: Any) -> None:
+                 corner_quantile: float = 0.25, corner_fade: bool = True, learn_repeats: bool = False,
+                 **options: Any) -> None:
         super().__init__(space, seed, budget, plan_size=plan_size, **options)
         if not 0.0 < keep <= 1.0:
             raise ValueError(f"keep must lie in (0, 1], got {keep}")
@@ -60,7 +61,8 @@ class ScreenedTPESearch(ModelGuidedSearch):
                                        prior_weight=prior_weight, flat_recent=flat_recent,
                                        multivariate=multivariate, learn_invalid=learn_invalid,
                                        corners=self.ops.switches() if corner_bests else (),
-                                       corner_quantile=corner_quantile, corner_fade=corner_fade)
+                                       corner_quantile=corner_quantile, corner_fade=corner_fade,
+                                       learn_repeats=learn_repeats)
 
     def plan_with_model(self, n: int) -> list[Point]:
         return self.proposer.propose(self, n, screen=self.model_screen)

@@ -14,6 +14,13 @@ choice is made again, so g learns where the space ends and the search stops prop
 there. With `learn_invalid=False` invalid draws are only redrawn. Either way, a space
 too sparse for draws from l scores uniform valid points instead.
 
+With `learn_repeats` (off by default) a best draw that was measured already is told again,
+its time joining the history once more, and the choice is made again: what Optuna's loop
+does when its sampler proposes a trial it has seen. The repeats pile up on the incumbent,
+so l narrows around it. That is Optuna's lead on the H100 CUDA convolution at N=100, and
+its loss on convolution_milo-A100 at N=200 (docs/benchmarks/strategies.md, "Repeats told
+again").
+
 With `corners` (a list of two-valued parameters, the space's switches), the good set
 also takes the fastest point of every combination of those switches, a corner, whose
 best is among the fastest `corner_quantile` of the measurements. The plain split lets one
@@ -64,12 +71,14 @@ class TPESearch(PlannedSearch):
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None, *,
                  initial: int | None = None, gamma: float = 0.1, max_good: int = 25,
                  candidates: int = 24, prior_weight: float = 1.0, flat_recent: int = 25,
-                 multivariate: bool = True, learn_invalid: bool = True, plan_size: int = 1) -> None:
+                 multivariate: bool = True, learn_invalid: bool = True, learn_repeats: bool = False,
+                 plan_size: int = 1) -> None:
         super().__init__(space, seed, budget, plan_size)
         self.initial = initial if initial is not None else initial_size(budget)
         self.proposer = ParzenProposer(gamma=gamma, max_good=max_good, candidates=candidates,
                                        prior_weight=prior_weight, flat_recent=flat_recent,
-                                       multivariate=multivariate, learn_invalid=learn_invalid)
+                                       multivariate=multivariate, learn_invalid=learn_invalid,
+                                       learn_repeats=learn_repeats)
 
     def plan(self, n: int) -> list[Point]:
         ok = sum(1 for t in self.measured.values() if math.isfinite(t))
@@ -93,13 +102,15 @@ class ParzenProposer:
     def __init__(self, gamma: float = 0.1, max_good: int = 25, candidates: int = 24,
                  prior_weight: float = 1.0, flat_recent: int = 25, multivariate: bool = True,
                  learn_invalid: bool = True, invalid_tries: int = 50, corners: Sequence[int] = (),
-                 corner_quantile: float = 0.25, corner_fade: bool = False) -> None:
+                 corner_quantile: float = 0.25, corner_fade: bool = False, learn_repeats: bool = False) -> None:
         if not 0.0 < gamma < 1.0:
             raise ValueError(f"gamma must lie in (0, 1), got {gamma}")
         if candidates < 1 or max_good < 1 or flat_recent < 1:
             raise ValueError("candidates, max_good and flat_recent must be at least 1")
         if not prior_weight > 0.0:
             raise ValueError(f"prior_weight must be positive, got {prior_weight}")
+        if learn_repeats and not learn_invalid:
+            raise ValueError("learn_repeats needs learn_invalid: both tell choices without measuring them")
         if not 0.0 < corner_quantile <= 1.0:
             raise ValueError(f"corner_quantile must lie in (0, 1], got {corner_quantile}")
         self.gamma = gamma
@@ -113,8 +124,10 @@ class ParzenProposer:
         self.corners = list(corners)
         self.corner_quantile = corner_quantile
         self.corner_fade = corner_fade
-        # invalid points this proposer chose, each with how many measurements preceded it
-        self.penalties: list[tuple[int, Point]] = []
+        self.learn_repeats = learn_repeats
+        # points chosen and told without a measurement (invalid ones as failures, repeats
+        # with their measured time), each with how many measurements preceded it
+        self.learned: list[tuple[int, Point, float]] = []
 
     def propose(self, search: PlannedSearch, n: int, exclude: set[Point] | None = None,
                 screen: Screen | None = None) -> list[Point]:
@@ -135,18 +148,23 @@ class ParzenProposer:
 
     def learned_choice(self, search: PlannedSearch, taken: set[Point], screen: Screen | None = None) -> Point | None:
         """The best of raw draws from l, as Optuna's loop chooses: when it is invalid it
-        joins g as a failure (no measurement spent) and the choice is made again. None
-        after `invalid_tries` invalid choices in a row."""
+        joins g as a failure (no measurement spent) and the choice is made again; with
+        `learn_repeats`, a point measured already is told again (its time joins the
+        history once more) and the choice is made again. None after `invalid_tries` such
+        choices in a row."""
+        in_flight = search.seen_points - search.measured.keys() if self.learn_repeats else search.seen_points
         for _ in range(self.invalid_tries):
             good, bad = self.densities(search)
-            pool = unique(list(map(tuple, good.sample(self.candidates, search.rng).tolist())),
-                          search.seen_points | taken)
+            pool = unique(list(map(tuple, good.sample(self.candidates, search.rng).tolist())), in_flight | taken)
             if not pool:
                 return None
             point = self.best(screen(pool) if screen else pool, good, bad)
-            if search.ops.valid(point):
+            if point in search.measured:
+                self.learned.append((len(search.measured), point, search.measured[point]))
+            elif search.ops.valid(point):
                 return point
-            self.penalties.append((len(search.measured), point))
+            else:
+                self.learned.append((len(search.measured), point, math.inf))
         return None
 
     @staticmethod
@@ -155,10 +173,10 @@ class ParzenProposer:
         return pool[int(np.argmax(good.log_pdf(rows) - bad.log_pdf(rows)))]
 
     def history(self, search: PlannedSearch) -> tuple[list[Point], list[float]]:
-        """Measured points and learned invalid ones (as failures), oldest first."""
+        """Measured points and learned ones (invalid as failures, repeats), oldest first."""
         measured = list(search.measured.items())  # a dict keeps the order of measurement
         events = [(i, 1, point, time) for i, (point, time) in enumerate(measured)]
-        events += [(before, 0, point, math.inf) for before, point in self.penalties]
+        events += [(before, 0, point, time) for before, point, time in self.learned]
         events.sort(key=lambda e: (e[0], e[1]))
         return [e[2] for e in events], [e[3] for e in events]
 
