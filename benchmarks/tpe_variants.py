@@ -19,6 +19,9 @@
 - `--fade`: `screened_tpe` as it is now, the corners' share shrinking to nothing over the
   budget (`corner_fade=True`), which `auto` runs from 100 measurements up
   (strategies_fade_seeds300-399.json).
+- `--learn-repeats`: `tpe` telling a measured configuration's time again whenever it is
+  proposed again (`learn_repeats=True`), as Optuna's ask/tell loop does, against Optuna's
+  TPE in the peers' 100-seed files (strategies_tpe_repeats_100seeds.json).
 
 The spaces: the six Kernel Tuner caches (../shared/datasets/kernel_tuner), the nine H100
 spaces (docs/benchmarks/spaces) and the two held out (docs/benchmarks/spaces_held_out).
@@ -66,7 +69,8 @@ VARIANTS = {"independent": ("tpe", {"multivariate": False}),
             "bandit": ("bandit", {"arms": ("evolutionary", "tpe")}),
             "screened": ("screened_tpe", {"corner_bests": False}),
             "corners": ("screened_tpe", {"corner_bests": True, "corner_fade": False}),
-            "fade": ("screened_tpe", {"corner_bests": True, "corner_fade": True})}
+            "fade": ("screened_tpe", {"corner_bests": True, "corner_fade": True}),
+            "learn-repeats": ("tpe", {"learn_repeats": True})}
 
 
 def main() -> None:
