@@ -152,10 +152,11 @@ class ParzenProposer:
         `learn_repeats`, a point measured already is told again (its time joins the
         history once more) and the choice is made again. None after `invalid_tries` such
         choices in a row."""
-        in_flight = search.seen_points - search.measured.keys() if self.learn_repeats else search.seen_points
+        # with repeats, only points proposed but not yet measured are off limits
+        excluded = search.seen_points - search.measured.keys() if self.learn_repeats else search.seen_points
         for _ in range(self.invalid_tries):
             good, bad = self.densities(search)
-            pool = unique(list(map(tuple, good.sample(self.candidates, search.rng).tolist())), in_flight | taken)
+            pool = unique(list(map(tuple, good.sample(self.candidates, search.rng).tolist())), excluded | taken)
             if not pool:
                 return None
             point = self.best(screen(pool) if screen else pool, good, bad)
