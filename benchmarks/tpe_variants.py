@@ -22,6 +22,9 @@
 - `--learn-repeats`: `tpe` telling a measured configuration's time again whenever it is
   proposed again (`learn_repeats=True`), as Optuna's ask/tell loop does, against Optuna's
   TPE in the peers' 100-seed files (strategies_tpe_repeats_100seeds.json).
+- `--screened-repeats`: the default `screened_tpe` with `learn_repeats=True`, against the
+  default (strategies_screened_repeats_seeds0-49.json: `--repeats 50 --budgets 100,200
+  --only RTX_3090,milo,cuda_conv`).
 
 The spaces: the six Kernel Tuner caches (../shared/datasets/kernel_tuner), the nine H100
 spaces (docs/benchmarks/spaces) and the two held out (docs/benchmarks/spaces_held_out).
@@ -70,7 +73,8 @@ VARIANTS = {"independent": ("tpe", {"multivariate": False}),
             "screened": ("screened_tpe", {"corner_bests": False}),
             "corners": ("screened_tpe", {"corner_bests": True, "corner_fade": False}),
             "fade": ("screened_tpe", {"corner_bests": True, "corner_fade": True}),
-            "learn-repeats": ("tpe", {"learn_repeats": True})}
+            "learn-repeats": ("tpe", {"learn_repeats": True}),
+            "screened-repeats": ("screened_tpe", {"learn_repeats": True})}
 
 
 def main() -> None:
