@@ -8,6 +8,7 @@ import pytest
 from tensortune.db import Target, Workload
 from tensortune.measure import ErrorKind, MeasureResult
 from tensortune.search import create_strategy, strategy_names
+from tensortune.search.auto import AutoSearch
 from tensortune.space import Config, IntRange, Space
 from tensortune.tuner import Tuner
 
@@ -168,8 +169,14 @@ def test_auto_runs_screened_tpe_from_100_measurements_and_evolutionary_below():
     assert chosen == {None: "EvolutionarySearch", 99: "EvolutionarySearch", 100: "ScreenedTPESearch",
                       400: "ScreenedTPESearch"}
     assert create_strategy("auto", space, budget=100, keep=0.25).inner.keep == 0.25  # options go to the choice
-    with pytest.raises(TypeError, match="tpe_share"):
+    with pytest.raises(TypeError, match=r"screened_tpe .*\['tpe_share'\]; pass strategy='evolutionary'"):
         create_strategy("auto", space, budget=100, tpe_share=0.5)  # an option of the strategy not chosen
+    with pytest.raises(TypeError, match=r"\['bogus'\]: none of the strategies"):
+        AutoSearch(space, budget=100, bogus=1)  # an option no candidate takes
+    with pytest.raises(TypeError, match=r"'auto' does not take the option\(s\) \['bogus'\]"):
+        create_strategy("auto", Space({"a": [1, 2]}), budget=10, bogus=1)  # even when exhaustive
+    assert type(create_strategy("auto", Space({"a": [1, 2]}), budget=10, keep=0.2).inner).__name__ == \
+        "ExhaustiveSearch"  # measuring everything, options cannot matter
 
     def run(name):
         s = create_strategy(name, space, seed=4, budget=100)
@@ -177,6 +184,13 @@ def test_auto_runs_screened_tpe_from_100_measurements_and_evolutionary_below():
             s.tell([MeasureResult(c, (1.0 + abs(c["x"] - 30) + abs(c["y"] - 7),)) for c in s.ask(2)])
         return [r.config for r in s.history]
     assert run("auto") == run("screened_tpe")
+
+
+@pytest.mark.parametrize("name", ["random", "evolutionary", "screened_tpe", "genetic", "bandit"])
+def test_an_unknown_option_names_the_strategy_and_its_options(name):
+    with pytest.raises(TypeError, match=rf"strategy '{name}' does not take the option\(s\) \['bogus_opt'\]; "
+                                        r"its options are \['"):
+        create_strategy(name, bowl_space(), budget=30, bogus_opt=1)
 
 
 def test_bandit_arms_share_one_history_and_never_propose_twice():

@@ -125,3 +125,14 @@ def test_auto_from_100_measurements_takes_only_a_prior_learned_on_this_device():
     other_device.run()
     assert other_device.transferred_from == 0
     assert type(other_device.strategy.inner).__name__ == "ScreenedTPESearch"
+
+
+def test_auto_declines_a_prior_its_options_do_not_fit():
+    db = Database(":memory:")
+    _tune(db, 1, 60, seed=0)
+    # `keep` is screened_tpe's: swapping to evolutionary for the prior would drop it
+    tuner = Tuner(SPACE, Bowl(2), workload=Workload.make("bowl", "src", {"N": 2}), target=TARGET, db=db,
+                  strategy="auto", strategy_options={"keep": 0.3}, budget=100, seed=0, progress=False)
+    result = tuner.run()
+    assert result.trials == 100 and tuner.transferred_from == 0
+    assert type(tuner.strategy.inner).__name__ == "ScreenedTPESearch" and tuner.strategy.inner.keep == 0.3

@@ -17,7 +17,11 @@ since its large population ranked by the model is what makes transfer pay (a pri
 screening a few TPE draws scored below a cold start in both directions between two GPUs).
 A model from other devices only is declined there: across GPUs it scored below
 `screened_tpe`'s cold start at 100 measurements (docs/benchmarks/strategies.md, "Transfer
-across devices"). Options given to `auto` go to the strategy it chose.
+across devices"). Options given to `auto` go to the strategy it chose; one that the
+chosen strategy does not take is an error that names the strategy to ask for instead, an
+option no candidate takes is an error at once, and a prior that would need a strategy
+the options do not fit is declined. With `exhaustive` the options cannot matter and are
+ignored.
 
 Example:
     >>> from tensortune.space import Space
@@ -46,10 +50,15 @@ SCREENED_FROM = 100  # measurements from which `screened_tpe` is chosen
 
 class AutoSearch(WrappingStrategy):
     name = "auto"
+    candidates: tuple[type[SearchStrategy], ...] = (EvolutionarySearch, ScreenedTPESearch)
 
     def __init__(self, space: Space, seed: int | None = None, budget: int | None = None,
                  **options: Any) -> None:
         super().__init__(space, seed, budget)
+        unknown = set(options) - self.option_names()
+        if unknown:
+            raise TypeError(f"auto does not take the option(s) {sorted(unknown)}: none of the strategies it "
+                            f"chooses from ({', '.join(k.name for k in self.candidates)}) does")
         self.options = options
         covers = budget is not None and space.size_is_exact and space.size <= budget
         if covers:
@@ -59,17 +68,26 @@ class AutoSearch(WrappingStrategy):
         else:
             self.inner = self._chosen(EvolutionarySearch)
 
+    @classmethod
+    def option_names(cls) -> set[str]:
+        return set().union(*(k.option_names() for k in cls.candidates))
+
+    def _fits(self, kind: type[SearchStrategy]) -> bool:
+        return set(self.options) <= kind.option_names()
+
     def _chosen(self, kind: type[SearchStrategy]) -> SearchStrategy:
-        try:
-            return kind(self.space, self.seed, self.budget, **self.options)
-        except TypeError as e:
+        if not self._fits(kind):
+            foreign = sorted(set(self.options) - kind.option_names())
+            owners = [k.name for k in self.candidates if set(foreign) <= k.option_names()]
+            hint = f"; pass strategy={owners[0]!r} to use them" if owners else ""
             raise TypeError(f"auto chose {kind.name} for a budget of {self.budget}, which does not take "
-                            f"these options: {e}") from e
+                            f"the option(s) {foreign}{hint}")
+        return kind(self.space, self.seed, self.budget, **self.options)
 
     def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None, *,
                   explore: bool = False) -> bool:
         if isinstance(self.inner, ScreenedTPESearch):
-            if explore or self.inner.history or self.inner.seen:
+            if explore or self.inner.history or self.inner.seen or not self._fits(EvolutionarySearch):
                 return False
             self.inner = self._chosen(EvolutionarySearch)
         return super().use_prior(model, workload_key, explore=explore)

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import importlib
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -36,6 +37,21 @@ class SearchStrategy(ABC):
         self.budget = budget  # the number of trials the tuner will allow, when known
         self.history: list[MeasureResult] = []
         self.seen: set[Config] = set()
+
+    @classmethod
+    def option_names(cls) -> set[str]:
+        """The keyword options this strategy takes: those of its `__init__` and, where that
+        passes `**options` on, of its bases'."""
+        names: set[str] = set()
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is None:
+                continue
+            params = inspect.signature(init).parameters.values()
+            names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+            if not any(p.kind is p.VAR_KEYWORD for p in params):
+                break
+        return names - {"self", "space", "seed", "budget"}
 
     @abstractmethod
     def ask(self, n: int) -> list[Config]:
@@ -137,4 +153,9 @@ def create_strategy(name: "str | SearchStrategy", space: Space, seed: int | None
     """A strategy by name, with its options as keyword arguments."""
     if isinstance(name, SearchStrategy):
         return name
-    return strategy_class(name)(space, seed=seed, budget=budget, **options)
+    kind = strategy_class(name)
+    unknown = set(options) - kind.option_names()
+    if unknown:
+        raise TypeError(f"strategy {name!r} does not take the option(s) {sorted(unknown)}; "
+                        f"its options are {sorted(kind.option_names())}")
+    return kind(space, seed=seed, budget=budget, **options)
