@@ -43,6 +43,9 @@ def test_bench_strategies_rejects_bad_input(pnpoly, tmp_path):
     assert bad.exit_code != 0 and "no such file" in bad.output
     bad = runner.invoke(cli, ["bench", "strategies", "--dataset", pnpoly, "--repeats", "0"])
     assert bad.exit_code == 2 and "--repeats" in bad.output
+    for item in ("tpe=x", "tpe=0", "tpe=-1"):
+        bad = runner.invoke(cli, ["bench", "strategies", "--dataset", pnpoly, "--strategies", item])
+        assert bad.exit_code == 2 and item in bad.output and "at least 1" in bad.output, bad.output
 
 
 @pytest.mark.parametrize("command", ["strategies", "model"])

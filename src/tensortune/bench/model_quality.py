@@ -82,4 +82,4 @@ def evaluate_model(path: str | os.PathLike[str], train_fraction: float = 0.1, sp
         top5.append(top_k_error(scores, times[test], 5))
     (err1, failed1), (err5, failed5) = _mean_of_ran(top1), _mean_of_ran(top5)
     return ModelQuality(ds.name, train_fraction, splits, float(np.mean(taus)), err1, err5,
-                        float(np.mean(fit)), n_train, failed1, failed5)
+                        float(np.median(fit)), n_train, failed1, failed5)

@@ -39,8 +39,9 @@ def plot_curves(summary: Mapping[str, Any], path: str | os.PathLike[str],
             budgets = sorted(per_budget, key=int)
             ax.plot([int(b) for b in budgets], [per_budget[b] for b in budgets], marker="o", label=st)
         if name == "mean over datasets" and reference:
+            measured = {int(b) for per_budget in curves.values() for b in per_budget}
             for label, per_budget in reference.items():
-                budgets = sorted(per_budget, key=int)
+                budgets = sorted((b for b in per_budget if int(b) in measured), key=int)
                 ax.plot([int(b) for b in budgets], [per_budget[b] for b in budgets], "--", marker="x",
                         label=label)
         ax.set_title(name, fontsize=10)

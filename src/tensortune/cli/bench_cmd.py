@@ -20,6 +20,14 @@ console = Console(stderr=True)
 PUBLISHED_TPE_MEAN = {"20": 0.809, "50": 0.896, "100": 0.946, "200": 0.973}
 
 
+def _repeat_count(name: str, count: str) -> int:
+    """N of a `NAME=N` item of --strategies: a positive whole number."""
+    if not count.strip().isdigit() or int(count) < 1:
+        raise click.BadParameter(f"{name}={count}: N, the runs of {name}, must be a whole number of at least 1",
+                                 param_hint="--strategies")
+    return int(count)
+
+
 def _int_list(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
@@ -76,7 +84,7 @@ def bench_group() -> None:
 @click.option("--jobs", type=click.IntRange(min=1), default=max(1, (os.cpu_count() or 1)), show_default=True,
               help="Worker processes.")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
-              help="Write dataset -> strategy -> budget -> {mean, se, p10} here.")
+              help="Write {datasets: dataset -> strategy -> budget -> {mean, se, p10, ...}, mean: ...} here.")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None,
               help="Write the curves as PNG (default: next to --json).")
 def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: str, repeats: int,
@@ -110,7 +118,7 @@ def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: 
                                      "(or a peer: kt:<Kernel Tuner strategy>, optuna:tpe)",
                                      param_hint="--strategies")
         names.append(name)
-        reps[name] = int(count) if count else repeats
+        reps[name] = _repeat_count(name, count) if count else repeats
     if "random" not in names:
         names.append("random")
         reps["random"] = repeats
@@ -190,7 +198,7 @@ def _print_tables(summary: dict, means: dict, budgets: list[int]) -> None:
 @click.option("--max-depth", type=click.IntRange(min=1), default=None,
               help="Depth of the trees (default: the model's, as the strategies use).")
 @click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
-              help="Write dataset -> {kendall_tau, top1_error_pct, top5_error_pct} here.")
+              help="Write dataset -> {kendall_tau, top1_error_pct, top5_error_pct, ...} here (and mean).")
 @click.option("--print-json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction: float, splits: int,
                 members: int, objective: str, max_depth: int | None, json_out: str | None, as_json: bool) -> None:
