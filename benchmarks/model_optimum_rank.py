@@ -5,11 +5,13 @@ of the configurations other than the optimum and scores the rest plus the optimu
 and written: the optimum's rank among the held-out configurations in each split, and the
 top-5 error of that split. This tells a model that cannot learn an outlier from one that
 has not seen enough around it (docs/benchmarks/strategies.md, "How much of the space top-5
-needs").
+needs"). Also written: how far the optimum stands out from its one-parameter neighbours,
+and with `--compare` (the same kernel measured on another device) where that device's
+times rank it.
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/model_optimum_rank.py [--dataset ../shared/datasets/kernel_tuner/convolution_milo-A100.json.gz]
-        [--fractions 0.1,0.5,0.9] [--splits 10] [--json OUT]
+        [--fractions 0.1,0.5,0.9] [--splits 10] [--compare OTHER_CACHE] [--json OUT]
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import os
 
 import numpy as np
 
-from tensortune.datasets import load_kernel_tuner_cache
+from tensortune.bench.replay import cached_dataset
 from tensortune.model import FeatureExtractor, XGBParams, XGBRankModel, top_k_error
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,7 +32,7 @@ MODELS = {"rank": None, "regression, depth 7": XGBParams(objective="regression",
 
 def optimum_ranks(path: str, fraction: float, splits: int, params: XGBParams | None) -> dict:
     """The optimum's rank among the held-out configurations, and the top-5 error, per split."""
-    ds = load_kernel_tuner_cache(path)
+    ds = cached_dataset(path)
     fx = FeatureExtractor(ds.space)
     configs = list(ds.results)
     times = np.asarray([ds.results[c].time for c in configs])
@@ -50,14 +52,38 @@ def optimum_ranks(path: str, fraction: float, splits: int, params: XGBParams | N
             "top5_error_pct": round(float(np.mean(errors)), 2)}
 
 
+def neighbourhood(path: str, compare: str | None) -> dict:
+    """The optimum's best one-parameter neighbour (its score, t_opt / t) and, with
+    `compare`, the optimum's rank and score among that device's measured configurations."""
+    ds = cached_dataset(path)
+    best = ds.best_config
+    near = [ds.score(r.time) for c, r in ds.results.items()
+            if r.ok and sum(c[k] != best[k] for k in best) == 1]
+    out = {"optimum": dict(best), "neighbours": len(near), "best_neighbour_score": round(max(near), 4)}
+    if compare:
+        other = cached_dataset(compare)
+        order = sorted((r.time for r in other.results.values() if r.ok))
+        there = other.results[best]
+        out["compare"] = {"dataset": other.name, "score": round(other.score(there.time), 4),
+                          "rank": order.index(there.time) + 1, "of": len(order)}
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dataset", default=A100)
     p.add_argument("--fractions", default="0.1,0.5,0.9")
     p.add_argument("--splits", type=int, default=10)
+    p.add_argument("--compare", default=None, help="the same space measured on another device")
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    out: dict = {"dataset": os.path.basename(args.dataset), "splits": args.splits, "results": {}}
+    near = neighbourhood(args.dataset, args.compare)
+    print(f"optimum {near['optimum']}: best of its {near['neighbours']} one-parameter neighbours scores "
+          f"{near['best_neighbour_score']:.3f}" + (f"; on {near['compare']['dataset']} it ranks "
+          f"{near['compare']['rank']} of {near['compare']['of']} (score {near['compare']['score']:.3f})"
+          if "compare" in near else ""))
+    out: dict = {"dataset": os.path.basename(args.dataset), "splits": args.splits, "neighbourhood": near,
+                 "results": {}}
     for name, params in MODELS.items():
         for fraction in (float(f) for f in args.fractions.split(",")):
             r = optimum_ranks(args.dataset, fraction, args.splits, params)
