@@ -154,8 +154,8 @@ def create_strategy(name: "str | SearchStrategy", space: Space, seed: int | None
     if isinstance(name, SearchStrategy):
         return name
     kind = strategy_class(name)
-    unknown = set(options) - kind.option_names()
-    if unknown:
+    known = kind.option_names()
+    if unknown := set(options) - known:
         raise TypeError(f"strategy {name!r} does not take the option(s) {sorted(unknown)}; "
-                        f"its options are {sorted(kind.option_names())}")
+                        f"its options are {sorted(known)}")
     return kind(space, seed=seed, budget=budget, **options)
