@@ -17,7 +17,11 @@ crash is a `RuntimeFailedConfig`), then timed with CUDA events and a cold L2 in 
 over all of them in random order. The cache records the median of the runs as `time`
 (ms), the runs (`times`, at most 32), `compile_time` and `benchmark_time` (ms).
 
-Usage (CUDA machine):  python benchmarks/cuda_conv_space.py --out $OUT [--limit 40]
+With `--image N --filter F` it measures the same kernel and parameters on another problem
+(an N x N output, an F x F filter; the constraint on the shared window follows F), a
+space of the same family with another landscape: cuda_convolution_N_fF-H100.json.gz.
+
+Usage (CUDA machine):  python benchmarks/cuda_conv_space.py --out $OUT [--limit 40] [--image 8192 --filter 3]
 Then:                  tensortune bench strategies --dataset OUT/cuda_convolution-H100.json.gz
 """
 
@@ -38,14 +42,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 KERNEL = Path(__file__).resolve().parent / "kernels" / "convolution_tiled.cu"
-IMAGE = 4096
+IMAGE = 4096  # convolution_milo's problem; --image and --filter measure others
 FILTER = 15
-GRID = {"block_size_x": list(range(16, 257, 16)), "block_size_y": [1, 2, 4, 8, 16], "tile_size_x": [1, 2, 3, 4],
-        "tile_size_y": [1, 2, 3, 4], "read_only": [0, 1], "use_padding": [0, 1], "use_shmem": [0, 1],
-        "use_cmem": [1], "filter_height": [FILTER], "filter_width": [FILTER]}
 KEEP_RUNS = 32
 
 
+def grid(filter_size: int = FILTER) -> dict[str, list[int]]:
+    return {"block_size_x": list(range(16, 257, 16)), "block_size_y": [1, 2, 4, 8, 16], "tile_size_x": [1, 2, 3, 4],
+            "tile_size_y": [1, 2, 3, 4], "read_only": [0, 1], "use_padding": [0, 1], "use_shmem": [0, 1],
+            "use_cmem": [1], "filter_height": [filter_size], "filter_width": [filter_size]}
+
+
+GRID = grid()
 def allowed(c: dict) -> bool:
     """convolution_milo's constraints (T1_convolution_milo.json)."""
     window = (c["block_size_x"] * c["tile_size_x"] + c["filter_width"] - 1) * \
@@ -56,16 +64,16 @@ def allowed(c: dict) -> bool:
             and (c["use_shmem"] == 0 or window < 12 * 1024))
 
 
-def configurations() -> list[dict]:
-    names = list(GRID)
-    return [c for values in itertools.product(*GRID.values()) if allowed(c := dict(zip(names, values)))]
+def configurations(filter_size: int = FILTER) -> list[dict]:
+    g = grid(filter_size)
+    return [c for values in itertools.product(*g.values()) if allowed(c := dict(zip(g, values)))]
 
 
 def key_of(c: dict) -> str:
     return ",".join(str(c[n]) for n in GRID)
 
 
-def compile_one(c: dict, folder: Path, arch: str) -> tuple[Path | None, float, str]:
+def compile_one(c: dict, folder: Path, arch: str, image: int) -> tuple[Path | None, float, str]:
     """nvcc -cubin for one configuration: (cubin or None, seconds, error message)."""
     out = folder / (key_of(c).replace(",", "_") + ".cubin")
     defines = [f"-D{m}={c[p]}" for m, p in (("BLOCK_X", "block_size_x"), ("BLOCK_Y", "block_size_y"),
@@ -74,7 +82,7 @@ def compile_one(c: dict, folder: Path, arch: str) -> tuple[Path | None, float, s
                                              ("USE_PADDING", "use_padding"), ("FILTER_H", "filter_height"),
                                              ("FILTER_W", "filter_width"))]
     start = time.perf_counter()
-    proc = subprocess.run(["nvcc", "-cubin", f"-arch={arch}", "-O3", f"-DIMAGE_W={IMAGE}", f"-DIMAGE_H={IMAGE}",
+    proc = subprocess.run(["nvcc", "-cubin", f"-arch={arch}", "-O3", f"-DIMAGE_W={image}", f"-DIMAGE_H={image}",
                            *defines, "-o", str(out), str(KERNEL)], capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
@@ -82,13 +90,13 @@ def compile_one(c: dict, folder: Path, arch: str) -> tuple[Path | None, float, s
     return out, seconds, ""
 
 
-def measure(limit: int | None, seed: int, jobs: int, save) -> dict:
+def measure(limit: int | None, seed: int, jobs: int, save, image: int = IMAGE, filter_size: int = FILTER) -> dict:
     import cupy
     import torch
 
     from tensortune.measure.cuda_timer import CudaTimer
 
-    configs = configurations()
+    configs = configurations(filter_size)
     print(f"{len(configs)} configurations", file=sys.stderr, flush=True)
     if limit:
         configs = random.Random(seed).sample(configs, limit)
@@ -97,16 +105,16 @@ def measure(limit: int | None, seed: int, jobs: int, save) -> dict:
     folder = Path(tempfile.mkdtemp(prefix="cubins-"))
     start = time.perf_counter()
     with ThreadPoolExecutor(jobs) as pool:
-        built = list(pool.map(lambda c: compile_one(c, folder, arch), configs))
+        built = list(pool.map(lambda c: compile_one(c, folder, arch, image), configs))
     print(f"compiled in {time.perf_counter() - start:.0f} s with {jobs} jobs", file=sys.stderr, flush=True)
 
     torch.backends.cudnn.allow_tf32 = False
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    image = torch.randn(IMAGE + FILTER - 1, IMAGE + FILTER - 1, device="cuda", generator=gen)
-    filt = torch.randn(FILTER, FILTER, device="cuda", generator=gen)
-    expected = torch.nn.functional.conv2d(image[None, None], filt[None, None])[0, 0]
-    output = torch.empty(IMAGE, IMAGE, device="cuda")
-    image_cp, output_cp, filt_cp = cupy.from_dlpack(image), cupy.from_dlpack(output), cupy.from_dlpack(filt.contiguous())
+    inputs = torch.randn(image + filter_size - 1, image + filter_size - 1, device="cuda", generator=gen)
+    filt = torch.randn(filter_size, filter_size, device="cuda", generator=gen)
+    expected = torch.nn.functional.conv2d(inputs[None, None], filt[None, None])[0, 0]
+    output = torch.empty(image, image, device="cuda")
+    image_cp, output_cp, filt_cp = cupy.from_dlpack(inputs), cupy.from_dlpack(output), cupy.from_dlpack(filt.contiguous())
     timer = CudaTimer(budget_seconds=0.02, warmup_seconds=0.005)
 
     entries: dict[str, dict] = {}
@@ -128,11 +136,12 @@ def measure(limit: int | None, seed: int, jobs: int, save) -> dict:
             kernel = module.get_function("convolution")
             target = module.get_global("d_filter")
             target.copy_from_device(filt_cp.data, filt_cp.nbytes)
-            grid = (-(-IMAGE // (c["block_size_x"] * c["tile_size_x"])), -(-IMAGE // (c["block_size_y"] * c["tile_size_y"])), 1)
-            block = (c["block_size_x"], c["block_size_y"], 1)
+            blocks = (-(-image // (c["block_size_x"] * c["tile_size_x"])),
+                      -(-image // (c["block_size_y"] * c["tile_size_y"])), 1)
+            threads = (c["block_size_x"], c["block_size_y"], 1)
 
-            def run(kernel=kernel, grid=grid, block=block) -> None:
-                kernel(grid, block, (output_cp, image_cp))
+            def run(kernel=kernel, blocks=blocks, threads=threads) -> None:
+                kernel(blocks, threads, (output_cp, image_cp))
 
             output.fill_(float("nan"))  # a stale or partial output must not pass
             run()
@@ -160,7 +169,11 @@ def main() -> None:
     p.add_argument("--limit", type=int, default=None, help="measure a random sample of this many (a smoke test)")
     p.add_argument("--seed", type=int, default=0, help="inputs and the order of the timing pass")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="nvcc processes at once")
+    p.add_argument("--image", type=int, default=IMAGE, help="output width and height (default: convolution_milo's)")
+    p.add_argument("--filter", type=int, default=FILTER, help="filter width and height (default: convolution_milo's)")
     opts = p.parse_args()
+    if opts.image < 1 or opts.filter < 1:
+        p.error("--image and --filter must be at least 1")
     out = Path(opts.out)
     out.mkdir(parents=True, exist_ok=True)
     import torch
@@ -168,17 +181,20 @@ def main() -> None:
 
     device = torch.cuda.get_device_name().replace(" ", "_")
     short = "H100" if "H100" in device else device.split("_")[-1]
-    path = out / f"cuda_convolution-{short}{'-sample' if opts.limit else ''}.json.gz"
+    problem = "" if (opts.image, opts.filter) == (IMAGE, FILTER) else f"_{opts.image}_f{opts.filter}"
+    path = out / f"cuda_convolution{problem}-{short}{'-sample' if opts.limit else ''}.json.gz"
 
     def save(entries: dict, partial: bool = False) -> None:
-        doc = {"device_name": device, "kernel_name": "tensortune convolution_tiled.cu (fp32, 4096x4096, 15x15)",
-               "problem_size": [IMAGE, IMAGE], "tune_params_keys": list(GRID), "tune_params": GRID,
+        g = grid(opts.filter)
+        doc = {"device_name": device, "problem_size": [opts.image, opts.image],
+               "kernel_name": f"tensortune convolution_tiled.cu (fp32, {opts.image}x{opts.image}, {opts.filter}x{opts.filter})",
+               "tune_params_keys": list(g), "tune_params": g,
                "objective": "time", "time_is": "median of the runs, ms",
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cache": entries}
         write_cache(path.with_name(path.name.replace(".json.gz", ".partial.json.gz")) if partial else path, doc)
 
     start = time.perf_counter()
-    entries = measure(opts.limit, opts.seed, opts.jobs, save)
+    entries = measure(opts.limit, opts.seed, opts.jobs, save, opts.image, opts.filter)
     ok = [e for e in entries.values() if not isinstance(e["time"], str)]
     failed = len(entries) - len(ok)
     best = min(ok, key=lambda e: e["time"]) if ok else None

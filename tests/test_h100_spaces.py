@@ -81,8 +81,9 @@ def test_the_sketch_space_script_measures_the_generated_kernels_into_a_cache(tmp
 
 
 @pytest.mark.parametrize("folder, name", [("spaces", n) for n in sorted(SKETCH_SPACES)]
-                         + [("spaces_held_out", "sketch_matmul_relu_tall-H100"),
-                            ("spaces_held_out", "cuda_convolution-H100")])
+                         + [("spaces_held_out", n) for n in ("sketch_matmul_relu_tall-H100", "cuda_convolution-H100",
+                                                             "cuda_convolution_8192_f3-H100", "cuda_convolution_2048_f9-H100",
+                                                             "triton_matmul_1024x1024x8192-H100")])
 def test_the_sketch_spaces_were_measured_with_the_fixed_timer(folder, name):
     """Before the timer gave the GPU a lead, the first timed run of a configuration was 1.4 to
     1.6 times the others (the host's launching was timed too); a space measured so must not
@@ -131,6 +132,24 @@ def test_the_cuda_convolution_script_enumerates_kernel_tuners_convolution_space(
         assert ours == set(json.load(f)["cache"])
     with gzip.open(CUDA_CONVOLUTION) as f:
         assert ours == set(json.load(f)["cache"])
+
+
+@pytest.mark.parametrize("image, filter_size", [(8192, 3), (2048, 9)])
+def test_the_cuda_convolution_script_measured_other_problems_over_their_whole_space(image, filter_size):
+    """--image/--filter: the constraint on the shared window follows the filter, so a smaller
+    filter allows more configurations; the cache must hold exactly those, all checked."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        from cuda_conv_space import configurations, key_of
+    finally:
+        sys.path.pop(0)
+    ours = {key_of(c) for c in configurations(filter_size)}
+    assert len(ours) > len(configurations())  # a smaller window than 15x15's lets more through
+    with gzip.open(os.path.join(ROOT, "docs", "benchmarks", "spaces_held_out",
+                                f"cuda_convolution_{image}_f{filter_size}-H100.json.gz")) as f:
+        doc = json.load(f)
+    assert ours == set(doc["cache"]) and doc["problem_size"] == [image, image]
+    assert not any("wrong result" in e.get("message", "") for e in doc["cache"].values())
 
 
 def test_the_cuda_convolution_analysis_script_finds_the_space_and_its_trap(tmp_path):
