@@ -48,12 +48,15 @@ KEEP_RUNS = 32
 
 
 def grid(filter_size: int = FILTER) -> dict[str, list[int]]:
+    """The parameters and their values: convolution_milo's, with the filter size fixed."""
     return {"block_size_x": list(range(16, 257, 16)), "block_size_y": [1, 2, 4, 8, 16], "tile_size_x": [1, 2, 3, 4],
             "tile_size_y": [1, 2, 3, 4], "read_only": [0, 1], "use_padding": [0, 1], "use_shmem": [0, 1],
             "use_cmem": [1], "filter_height": [filter_size], "filter_width": [filter_size]}
 
 
 GRID = grid()
+
+
 def allowed(c: dict) -> bool:
     """convolution_milo's constraints (T1_convolution_milo.json)."""
     window = (c["block_size_x"] * c["tile_size_x"] + c["filter_width"] - 1) * \
@@ -184,11 +187,12 @@ def main() -> None:
     problem = "" if (opts.image, opts.filter) == (IMAGE, FILTER) else f"_{opts.image}_f{opts.filter}"
     path = out / f"cuda_convolution{problem}-{short}{'-sample' if opts.limit else ''}.json.gz"
 
+    params = grid(opts.filter)
+
     def save(entries: dict, partial: bool = False) -> None:
-        g = grid(opts.filter)
         doc = {"device_name": device, "problem_size": [opts.image, opts.image],
                "kernel_name": f"tensortune convolution_tiled.cu (fp32, {opts.image}x{opts.image}, {opts.filter}x{opts.filter})",
-               "tune_params_keys": list(g), "tune_params": g,
+               "tune_params_keys": list(params), "tune_params": params,
                "objective": "time", "time_is": "median of the runs, ms",
                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cache": entries}
         write_cache(path.with_name(path.name.replace(".json.gz", ".partial.json.gz")) if partial else path, doc)

@@ -119,14 +119,20 @@ def test_the_cuda_convolution_space_loads_with_its_failures():
     assert run.trials == 30 and 0 < run.score <= 1
 
 
-def test_the_cuda_convolution_script_enumerates_kernel_tuners_convolution_space(shared_datasets):
-    """The script transcribes convolution_milo's constraints: it must allow exactly the
-    configurations of the A100 cache, and the cache it wrote must hold each of them."""
+def _conv_script():
+    """benchmarks/cuda_conv_space.py's (configurations, key_of): a script, not a package."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
         from cuda_conv_space import configurations, key_of
     finally:
         sys.path.pop(0)
+    return configurations, key_of
+
+
+def test_the_cuda_convolution_script_enumerates_kernel_tuners_convolution_space(shared_datasets):
+    """The script transcribes convolution_milo's constraints: it must allow exactly the
+    configurations of the A100 cache, and the cache it wrote must hold each of them."""
+    configurations, key_of = _conv_script()
     ours = {key_of(c) for c in configurations()}
     with gzip.open(os.path.join(shared_datasets, "kernel_tuner", "convolution_milo-A100.json.gz")) as f:
         assert ours == set(json.load(f)["cache"])
@@ -138,11 +144,7 @@ def test_the_cuda_convolution_script_enumerates_kernel_tuners_convolution_space(
 def test_the_cuda_convolution_script_measured_other_problems_over_their_whole_space(image, filter_size):
     """--image/--filter: the constraint on the shared window follows the filter, so a smaller
     filter allows more configurations; the cache must hold exactly those, all checked."""
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    try:
-        from cuda_conv_space import configurations, key_of
-    finally:
-        sys.path.pop(0)
+    configurations, key_of = _conv_script()
     ours = {key_of(c) for c in configurations(filter_size)}
     assert len(ours) > len(configurations())  # a smaller window than 15x15's lets more through
     with gzip.open(os.path.join(ROOT, "docs", "benchmarks", "spaces_held_out",
