@@ -229,6 +229,43 @@ def test_bandit_hands_the_turn_of_an_arm_that_finds_nothing_to_another(monkeypat
     assert result.trials == 12 and result.best_time == 1.0
 
 
+@pytest.fixture
+def registry(monkeypatch):
+    """The strategy registry, restored after the test."""
+    from tensortune.search import base
+
+    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    monkeypatch.setattr(base, "_BOUND_OPTIONS", dict(base._BOUND_OPTIONS))
+    return base
+
+
+def test_a_name_registered_with_options_creates_the_strategy_with_them(registry):
+    registry.register_strategy("two_searches", "bandit", arms=("screened_tpe", "evolutionary"), window=7)
+    space = Space({"a": list(range(30))})
+    made = create_strategy("two_searches", space, seed=0, budget=10)
+    assert list(made.arms) == ["screened_tpe", "evolutionary"] and made.outcomes["evolutionary"].maxlen == 7
+    assert create_strategy("two_searches", space, seed=0, window=3).outcomes["evolutionary"].maxlen == 3  # creation overrides
+    registry.register_strategy("two_searches_wide", "two_searches", exploration=0.5)  # options carry over
+    wide = create_strategy("two_searches_wide", space, seed=0)
+    assert list(wide.arms) == ["screened_tpe", "evolutionary"] and wide.exploration == 0.5
+    result = tune("two_searches", space, lambda cfg: 1.0 + abs(cfg["a"] - 17), budget=30)
+    assert result.trials == 30 and result.best_time == 1.0
+
+
+def test_registering_a_strategy_wrongly_is_an_error_that_says_how(registry):
+    import functools
+
+    from tensortune.search.bandit import BanditSearch
+
+    with pytest.raises(TypeError, match="does not take the option.*'arm'"):
+        registry.register_strategy("typo", BanditSearch, arm=("local",))
+    with pytest.raises(TypeError, match=r"register_strategy\(name, target, \*\*options\)"):
+        registry.register_strategy("partial", functools.partial(BanditSearch, arms=("local",)))
+    with pytest.raises(ValueError, match="'psychic' is neither a registered strategy"):
+        registry.register_strategy("psychic_too", "psychic")
+    assert "typo" not in strategy_names() and "partial" not in strategy_names()
+
+
 @pytest.mark.parametrize("options, error", [
     ({"arms": ()}, "at least one arm"),
     ({"arms": ("local", "local")}, "distinct"),

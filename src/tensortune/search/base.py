@@ -113,8 +113,8 @@ class WrappingStrategy(SearchStrategy):
         self.inner.exclude(configs)
 
 
-# name -> "module:Class", imported on first use
-_REGISTRY: dict[str, str] = {
+# name -> "module:Class" (imported on first use) or a class
+_REGISTRY: dict[str, "str | type[SearchStrategy]"] = {
     "exhaustive": "tensortune.search.exhaustive:ExhaustiveSearch",
     "random": "tensortune.search.random_search:RandomSearch",
     "auto": "tensortune.search.auto:AutoSearch",
@@ -127,11 +127,40 @@ _REGISTRY: dict[str, str] = {
     "tpe": "tensortune.search.tpe:TPESearch",
     "screened_tpe": "tensortune.search.screened_tpe:ScreenedTPESearch",
 }
+# name -> options bound at registration, for names registered with some
+_BOUND_OPTIONS: dict[str, dict[str, Any]] = {}
 
 
-def register_strategy(name: str, target: "str | type[SearchStrategy]") -> None:
-    """Make a strategy creatable by name; `target` is a class or "module:Class"."""
-    _REGISTRY[name] = target  # type: ignore[assignment]
+def register_strategy(name: str, target: "str | type[SearchStrategy]", **options: Any) -> None:
+    """Make a strategy creatable by name. `target` is a class, "module:Class" or the name
+    of a registered strategy; `options` are bound to the name, and options given at
+    creation override them.
+
+    Example:
+        >>> register_strategy("bandit_two_searches", "bandit", arms=("screened_tpe", "evolutionary"))
+        >>> from tensortune.space import Space
+        >>> create_strategy("bandit_two_searches", Space({"a": list(range(9))}), seed=0).arms.keys()
+        dict_keys(['screened_tpe', 'evolutionary'])
+    """
+    bound: dict[str, Any] = {}
+    if isinstance(target, str) and target in _REGISTRY:
+        bound = dict(_BOUND_OPTIONS.get(target, {}))
+        target = _REGISTRY[target]
+    elif isinstance(target, str):
+        if target.count(":") != 1:
+            raise ValueError(f"strategy target {target!r} is neither a registered strategy "
+                             f"({', '.join(strategy_names())}) nor 'module:Class'")
+    elif not (isinstance(target, type) and issubclass(target, SearchStrategy)):
+        raise TypeError(f"strategy target must be a SearchStrategy class, 'module:Class' or a registered "
+                        f"name, got {target!r}; bind options with register_strategy(name, target, **options)")
+    bound.update(options)
+    if bound and not isinstance(target, str):
+        _check_options(name, target, bound)
+    _REGISTRY[name] = target
+    if bound:
+        _BOUND_OPTIONS[name] = bound
+    else:
+        _BOUND_OPTIONS.pop(name, None)
 
 
 def strategy_names() -> list[str]:
@@ -148,14 +177,19 @@ def strategy_class(name: str) -> "type[SearchStrategy]":
     return target
 
 
-def create_strategy(name: "str | SearchStrategy", space: Space, seed: int | None = None,
-                    budget: int | None = None, **options: Any) -> SearchStrategy:
-    """A strategy by name, with its options as keyword arguments."""
-    if isinstance(name, SearchStrategy):
-        return name
-    kind = strategy_class(name)
+def _check_options(name: str, kind: "type[SearchStrategy]", options: Mapping[str, Any]) -> None:
     known = kind.option_names()
     if unknown := set(options) - known:
         raise TypeError(f"strategy {name!r} does not take the option(s) {sorted(unknown)}; "
                         f"its options are {sorted(known)}")
+
+
+def create_strategy(name: "str | SearchStrategy", space: Space, seed: int | None = None,
+                    budget: int | None = None, **options: Any) -> SearchStrategy:
+    """A strategy by name, with its options as keyword arguments (over any bound to the name)."""
+    if isinstance(name, SearchStrategy):
+        return name
+    kind = strategy_class(name)
+    options = {**_BOUND_OPTIONS.get(name, {}), **options}
+    _check_options(name, kind, options)
     return kind(space, seed=seed, budget=budget, **options)
