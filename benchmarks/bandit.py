@@ -42,8 +42,8 @@ def main() -> None:
     parser.add_argument("--spaces", nargs="*", default=[os.path.join(here, "..", "docs", "benchmarks", "spaces")],
                         help="folders of measured spaces, each a group of its own")
     parser.add_argument("--arm-sets", default=",".join(ARM_SETS),
-                        help=f"which bandits besides the default one, of {', '.join(ARM_SETS)} (names without "
-                             "'bandit[' and ']' will do)")
+                        help=f"which bandits to run, of {', '.join(ARM_SETS)} (names without 'bandit[' and ']' "
+                             "will do); the bandit with its default arms runs too when all of them are chosen")
     parser.add_argument("--budgets", default="20,50,100,200")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--first-seed", type=int, default=0)
