@@ -259,6 +259,8 @@ def test_registering_a_strategy_wrongly_is_an_error_that_says_how(registry):
 
     with pytest.raises(TypeError, match="does not take the option.*'arm'"):
         registry.register_strategy("typo", BanditSearch, arm=("local",))
+    with pytest.raises(TypeError, match="does not take the option.*'arm'"):
+        registry.register_strategy("typo", "bandit", arm=("local",))
     with pytest.raises(TypeError, match=r"register_strategy\(name, target, \*\*options\)"):
         registry.register_strategy("partial", functools.partial(BanditSearch, arms=("local",)))
     with pytest.raises(ValueError, match="'psychic' is neither a registered strategy"):

@@ -154,8 +154,8 @@ def register_strategy(name: str, target: "str | type[SearchStrategy]", **options
         raise TypeError(f"strategy target must be a SearchStrategy class, 'module:Class' or a registered "
                         f"name, got {target!r}; bind options with register_strategy(name, target, **options)")
     bound.update(options)
-    if bound and not isinstance(target, str):
-        _check_options(name, target, bound)
+    if bound:  # import a lazy target now, so that a wrong option fails here
+        _check_options(name, _resolved(target), bound)
     _REGISTRY[name] = target
     if bound:
         _BOUND_OPTIONS[name] = bound
@@ -170,10 +170,13 @@ def strategy_names() -> list[str]:
 def strategy_class(name: str) -> "type[SearchStrategy]":
     if name not in _REGISTRY:
         raise ValueError(f"unknown strategy {name!r}; known: {', '.join(strategy_names())}")
-    target: Any = _REGISTRY[name]
+    return _resolved(_REGISTRY[name])
+
+
+def _resolved(target: "str | type[SearchStrategy]") -> "type[SearchStrategy]":
     if isinstance(target, str):
         module, cls = target.split(":")
-        target = getattr(importlib.import_module(module), cls)
+        return getattr(importlib.import_module(module), cls)
     return target
 
 
