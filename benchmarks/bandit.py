@@ -18,13 +18,15 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import math
 import os
 import sys
 import time
 from collections import defaultdict
 
+import numpy as np
+
 from tensortune.bench.replay import RunResult, run_many, summarize
+from tensortune.search.bandit import DEFAULT_ARMS
 from tensortune.search.base import register_strategy
 
 ARM_SETS = {  # name in the table -> arms
@@ -102,7 +104,8 @@ def main() -> None:
     with open(args.json, "w") as f:
         json.dump({"command": "benchmarks/bandit.py " + " ".join(sys.argv[1:]), "repeats": args.repeats,
                    "first_seed": args.first_seed, "budgets": budgets,
-                   "arm_sets": {"bandit": ["evolutionary", "local"], **{k: list(ARM_SETS[k]) for k in sets}},
+                   "arm_sets": {**({"bandit": list(DEFAULT_ARMS)} if "bandit" in strategies else {}),
+                                **{k: list(ARM_SETS[k]) for k in sets}},
                    "wall_seconds": wall, "group_means": means, "paired_with_auto": paired,
                    "datasets": summary}, f, indent=1)
     print(f"wrote {args.json}")
@@ -120,9 +123,9 @@ def paired_with_auto(results: list[RunResult]) -> dict[str, dict[str, dict[str, 
         diffs = [by_seed[s] - auto[s] for s in by_seed if s in auto]
         if strategy == "auto" or len(diffs) < 2:
             continue
-        mean = sum(diffs) / len(diffs)
-        se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1) / len(diffs))
-        out[dataset][strategy][str(budget)] = {"mean_difference": mean, "se": se, "runs": len(diffs)}
+        d = np.asarray(diffs)
+        out[dataset][strategy][str(budget)] = {"mean_difference": float(d.mean()),
+                                               "se": float(d.std(ddof=1) / np.sqrt(len(d))), "runs": len(d)}
     return {d: dict(v) for d, v in out.items()}
 
 
