@@ -18,8 +18,8 @@ With `learn_repeats` (off by default) a best draw that was measured already is t
 its time joining the history once more, and the choice is made again: what Optuna's loop
 does when its sampler proposes a trial it has seen. The repeats pile up on the incumbent,
 so l narrows around it. That is Optuna's lead on the H100 CUDA convolution at N=100, and
-its loss on convolution_milo-A100 at N=200 (docs/benchmarks/strategies.md, "Repeats told
-again").
+its loss on convolution_milo-A100 at N=200 (docs/benchmarks/strategies_sessions.md,
+"Repeats told again").
 
 With `corners` (a list of two-valued parameters, the space's switches), the good set
 also takes the fastest point of every combination of those switches, a corner, whose
