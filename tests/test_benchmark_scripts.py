@@ -21,6 +21,7 @@ SCRIPTS = {  # script -> (arguments, keys its JSON must have); DIR is a folder h
                          "--only", "softmax"], {"budgets", "datasets"}),
     "model_objective_search.py": (["--datasets", "DIR", "--budget", "20", "--repeats", "2", "--jobs", "1"],
                                   {"budget", "scores"}),
+    "model_extra_features.py": (["--datasets", "DIR", "--splits", "2"], {"datasets", "model"}),
     "model_optimum_rank.py": (["--dataset", SOFTMAX, "--fractions", "0.1", "--splits", "2"],
                               {"neighbourhood", "results"}),
 }

@@ -176,6 +176,26 @@ def test_model_quality_on_a_real_space(shared_datasets):
     assert q.train_rows == 409
 
 
+def test_model_quality_takes_extra_features_of_the_configurations():
+    from tensortune.bench.model_quality import evaluate_model
+    from tensortune.bench.replay import cached_dataset
+
+    path = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks", "spaces",
+                        "triton_matmul_256x8192x4096-H100.json.gz")
+    recorded = {c: r.time for c, r in cached_dataset(path).results.items()}
+    seen: list[int] = []
+
+    def oracle(configs):  # the recorded time itself: a column that ranks the space perfectly, if coarsely learned
+        seen.append(len(configs))
+        return np.asarray([min(recorded[c], 1e3) for c in configs])
+
+    plain = evaluate_model(path, splits=2)
+    told = evaluate_model(path, splits=2, extra_features=oracle)
+    assert seen == [len(recorded)]
+    assert told.kendall_tau > plain.kendall_tau + 0.1
+    assert told.top5_error_pct < plain.top5_error_pct
+
+
 def test_a_strategy_starts_from_a_pretrained_model():
     from tensortune.search import create_strategy
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from ..datasets import load_kernel_tuner_cache
 from ..model import BootstrapEnsemble, CostModel, FeatureExtractor, XGBParams, XGBRankModel, kendall_tau, top_k_error
+from ..space import Config
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,12 @@ def _mean_of_ran(errors: list[float]) -> tuple[float, int]:
 
 
 def evaluate_model(path: str | os.PathLike[str], train_fraction: float = 0.1, splits: int = 10,
-                   seed: int = 0, params: XGBParams | None = None, members: int = 1) -> ModelQuality:
+                   seed: int = 0, params: XGBParams | None = None, members: int = 1,
+                   extra_features: Callable[[Sequence[Config]], np.ndarray] | None = None) -> ModelQuality:
     """Train on a random `train_fraction` of the dataset, score the rest; average over splits.
-    With `members` > 1 the model is a bootstrap ensemble of that many (scored by their mean)."""
+    With `members` > 1 the model is a bootstrap ensemble of that many (scored by their mean).
+    `extra_features` maps the configurations to more columns (one row each), appended to the
+    extractor's features."""
     if not 0 < train_fraction < 1:
         raise ValueError(f"train fraction must be between 0 and 1, got {train_fraction}")
     ds = load_kernel_tuner_cache(path)
@@ -65,13 +70,18 @@ def evaluate_model(path: str | os.PathLike[str], train_fraction: float = 0.1, sp
     configs = list(ds.results)
     times = np.asarray([ds.results[c].time for c in configs])
     X = fx.configs(configs)
+    names = list(fx.names)
+    if extra_features is not None:
+        extra = np.asarray(extra_features(configs), dtype=float).reshape(len(configs), -1)
+        X = np.hstack([X, extra])
+        names += [f"extra.{i}" for i in range(extra.shape[1])]
     n_train = max(2, int(round(train_fraction * len(configs))))
     taus, top1, top5, fit = [], [], [], []
     for split in range(splits):
         order = np.random.default_rng(seed + split).permutation(len(configs))
         train, test = order[:n_train], order[n_train:]
-        model: CostModel = XGBRankModel(params, seed=seed + split, feature_names=fx.names) if members == 1 \
-            else BootstrapEnsemble(members, params, seed + split, fx.names)
+        model: CostModel = XGBRankModel(params, seed=seed + split, feature_names=names) if members == 1 \
+            else BootstrapEnsemble(members, params, seed + split, names)
         start = time.perf_counter()
         model.fit(X[train], times[train])
         fit.append(time.perf_counter() - start)
