@@ -28,7 +28,7 @@ from ..te.expr import Binary, Call, Expr, IterVar, Reduce, Select, TensorRead
 from ..te.tensor import Tensor, graph
 from ..te.visit import reads, walk
 
-EXPENSIVE = frozenset({"exp", "log", "tanh", "erf", "sigmoid", "sqrt"})
+EXPENSIVE = frozenset({"exp", "log", "tanh", "erf", "sigmoid", "sqrt", "cos", "sin"})
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,9 @@ static inline int tt_min_int(int a, int b) { return a < b ? a : b; }
 static inline void* tt_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
 """
 
-_F32 = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "abs": "fabsf", "erf": "erff"}
-_F64 = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "abs": "fabs", "erf": "erf"}
+_F32 = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "abs": "fabsf", "erf": "erff", "cos": "cosf",
+        "sin": "sinf"}
+_F64 = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "abs": "fabs", "erf": "erf", "cos": "cos", "sin": "sin"}
 _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 

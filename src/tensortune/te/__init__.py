@@ -24,8 +24,8 @@ from .expr import Expr, IterVar, Var, const
 from .interpret import evaluate
 from .ir import LoweredFunc
 from .lower import lower
-from .ops import (abs, all, any, cast, equal, erf, exp, if_then_else, log, max, maximum, min, minimum, not_equal,
-                  reduce_axis, select, sigmoid, sqrt, sum, tanh)
+from .ops import (abs, all, any, cast, cos, equal, erf, exp, if_then_else, log, max, maximum, min, minimum, not_equal,
+                  reduce_axis, select, sigmoid, sin, sqrt, sum, tanh)
 from .parse import parse
 from .schedule import Loop, Schedule, Stage, create_schedule
 from .steps import Step, steps_from_json, steps_to_json
@@ -35,8 +35,8 @@ from ..autoschedule.entry import autoschedule, autoschedule_many  # noqa: E402  
 
 __all__ = [
     "AccessInfo", "LoopInfo", "StoreInfo", "c_source", "loop_nest_info", "lower", "Expr", "IterVar", "Kernel", "Loop", "LoweredFunc", "Schedule", "Stage", "Step", "TEError", "Tensor", "Var",
-    "abs", "all", "any", "build", "cast", "compute", "const", "create_schedule", "equal", "erf", "evaluate", "exp",
+    "abs", "all", "any", "build", "cast", "compute", "cos", "const", "create_schedule", "equal", "erf", "evaluate", "exp",
     "graph", "if_then_else", "log", "max", "maximum", "min", "minimum", "not_equal", "parse", "placeholder",
-    "placeholders", "reduce_axis", "select", "sigmoid", "sqrt", "steps_from_json", "steps_to_json", "sum", "tanh",
+    "placeholders", "reduce_axis", "select", "sigmoid", "sin", "sqrt", "steps_from_json", "steps_to_json", "sum", "tanh",
     "autoschedule", "autoschedule_many", "workloads",
 ]

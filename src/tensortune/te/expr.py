@@ -21,7 +21,7 @@ from .dtype import BOOL, INDEX, TEError, is_float, is_int, literal_dtype
 
 ARITH_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "min": "min", "max": "max"}
 COMPARE_OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "abs", "erf", "sigmoid")
+MATH_FUNCTIONS = ("exp", "log", "sqrt", "tanh", "abs", "erf", "sigmoid", "cos", "sin")
 COMBINERS = ("sum", "max", "min")
 
 
@@ -146,7 +146,7 @@ class Select(Expr):
 
 @dataclass(frozen=True, repr=False)
 class Call(Expr):
-    """A math function of float arguments (exp, log, sqrt, tanh, abs, erf, sigmoid)."""
+    """A math function of float arguments (exp, log, sqrt, tanh, abs, erf, sigmoid, cos, sin)."""
 
     name: str
     args: tuple[Expr, ...]

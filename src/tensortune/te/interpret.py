@@ -160,4 +160,5 @@ def _call(name: str, v: np.ndarray) -> np.ndarray:
             except ImportError:  # pragma: no cover - scipy comes with xgboost
                 return np.vectorize(math.erf, otypes=[v.dtype])(v)
             return erf(v)
-        return {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs}[name](v)
+        return {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs, "cos": np.cos,
+                "sin": np.sin}[name](v)

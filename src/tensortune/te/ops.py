@@ -118,6 +118,8 @@ def sqrt(x: Any) -> Expr: return _math("sqrt", x)
 def tanh(x: Any) -> Expr: return _math("tanh", x)
 def erf(x: Any) -> Expr: return _math("erf", x)
 def sigmoid(x: Any) -> Expr: return _math("sigmoid", x)
+def cos(x: Any) -> Expr: return _math("cos", x)
+def sin(x: Any) -> Expr: return _math("sin", x)
 
 
 def abs(x: Any) -> Expr:  # noqa: A001
@@ -156,5 +158,5 @@ def any(*conds: Any) -> Expr:  # noqa: A001
     return out
 
 
-__all__ = ["Binary", "abs", "all", "any", "cast", "equal", "erf", "exp", "if_then_else", "log", "max",
-           "maximum", "min", "minimum", "not_equal", "reduce_axis", "select", "sigmoid", "sqrt", "sum", "tanh"]
+__all__ = ["Binary", "abs", "all", "any", "cast", "cos", "equal", "erf", "exp", "if_then_else", "log", "max",
+           "maximum", "min", "minimum", "not_equal", "reduce_axis", "select", "sigmoid", "sin", "sqrt", "sum", "tanh"]

@@ -29,7 +29,7 @@ _TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d
                     r"(?P<op>\+=!|max=!|min=!|\+=|==|!=|<=|>=|&&|\|\||//|[-+*/%()<>?:,=])|(?P<name>[A-Za-z_]\w*))")
 _REDUCERS = {"+=!": "sum", "max=!": "max", "min=!": "min"}
 _FUNCS = {"exp": ops.exp, "log": ops.log, "sqrt": ops.sqrt, "tanh": ops.tanh, "abs": ops.abs, "erf": ops.erf,
-          "sigmoid": ops.sigmoid, "max": ops.maximum, "min": ops.minimum}
+          "sigmoid": ops.sigmoid, "cos": ops.cos, "sin": ops.sin, "max": ops.maximum, "min": ops.minimum}
 _CASTS = ("float16", "float32", "float64", "int32")
 
 

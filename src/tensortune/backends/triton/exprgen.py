@@ -37,7 +37,7 @@ TL_TYPES = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.f
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _MATH = {"exp": "tl.exp({})", "log": "tl.log({})", "sqrt": "tl.sqrt({})", "abs": "tl.abs({})",
-         "erf": "tl.erf({})", "sigmoid": "tl.sigmoid({})", "tanh": "(2.0 * tl.sigmoid(2.0 * {}) - 1.0)"}
+         "erf": "tl.erf({})", "sigmoid": "tl.sigmoid({})", "cos": "tl.cos({})", "sin": "tl.sin({})", "tanh": "(2.0 * tl.sigmoid(2.0 * {}) - 1.0)"}
 INT32_LIMIT = 2**31 - 1
 SCALAR_DIMS = frozenset({"b", "ko"})  # per-program or per-iteration scalars (batch, window position)
 

@@ -115,6 +115,8 @@ def _contraction(t: Tensor, body: Reduce, values: dict[str, Any]) -> Any:
     if not (isinstance(src, Binary) and src.op == "mul"):
         return None
     axes = list(t.op.axes) + list(t.op.reduce_axes)
+    if not set(t.op.axes) <= itervars(src.a) | itervars(src.b):
+        return None  # an output axis neither factor reads (a kept unit dimension): not an einsum
     letters = dict(zip(axes, string.ascii_letters))
     operands, specs = [], []
     for factor in (src.a, src.b):
