@@ -146,8 +146,10 @@ def test_build_processes_end_when_the_tuning_process_is_killed(tmp_path):
 
 
 def test_a_script_that_tunes_without_a_main_guard_is_told_why_its_processes_die(tmp_path):
-    """Spawned processes import the script; without `if __name__ == "__main__":` they try to
-    start processes of their own while starting up, and die before running anything."""
+    """A worker imports the script only for a call that needs something defined in it; then,
+    without `if __name__ == "__main__":`, the script's own top-level tuning runs again while
+    the process starts up, and it dies before running anything. Calls of library functions
+    start workers that never import the script, guard or not."""
     import subprocess
     import sys
 
@@ -156,12 +158,16 @@ def test_a_script_that_tunes_without_a_main_guard_is_told_why_its_processes_die(
                       "from tensortune.space import Config\n"
                       "print('BUILD', ProcessPoolBuilder(len, jobs=2, timeout=60).build([Config(a=1)])[0].message)\n"
                       "from tensortune.measure import IsolatedWorker\n"
-                      "IsolatedWorker(timeout=60).call(abs, -1)\n")
+                      "print('ABS', IsolatedWorker(timeout=60).call(abs, -1), flush=True)\n"
+                      "def double(x):\n"
+                      "    return 2 * x\n"
+                      "IsolatedWorker(timeout=60).call(double, 2)\n")
     src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, PYTHONPATH=src), check=False)
     build_line = next(line for line in out.stdout.splitlines() if line.startswith("BUILD"))
     assert "build process died" in build_line and '__name__ == "__main__"' in build_line
+    assert "ABS 1" in out.stdout.splitlines()
     assert out.returncode != 0 and 'worker process died (exit code 1); it died before running anything' in out.stderr
 
 

@@ -14,6 +14,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -104,6 +106,46 @@ def classify_exception(exc: BaseException) -> ErrorKind:
     return ErrorKind.RUNTIME_ERROR
 
 
+def _dumps(message: Any) -> bytes:
+    from multiprocessing.reduction import ForkingPickler
+    return bytes(ForkingPickler.dumps(message))
+
+
+def _needs_main(payload: bytes) -> bool:
+    """Whether a pickled call refers to something defined in the `__main__` script."""
+    import pickletools
+    try:
+        for op, arg, _ in pickletools.genops(payload):
+            if op.name in ("GLOBAL", "INST") and isinstance(arg, str) and arg.split(" ")[0] == "__main__":
+                return True
+            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE") and arg == "__main__":
+                return True
+    except Exception:  # noqa: BLE001 - when in doubt, run the script as before
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def _main_script(import_it: bool) -> Any:
+    """Start a spawned process with or without re-running the `__main__` script in it.
+
+    A worker imports the user's script only when a call needs something defined there
+    (a callable tuned by `tt.tune`); kernels of tensortune's own modules do not, so a
+    script that compiles a model needs no `if __name__ == "__main__":` guard."""
+    if import_it:
+        yield
+        return
+    import sys
+    import types
+    real = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if real is not None:
+            sys.modules["__main__"] = real
+
+
 class IsolatedWorker:
     """One long-lived child process; restarted after a crash or a timeout."""
 
@@ -116,25 +158,32 @@ class IsolatedWorker:
         self._proc: Any = None
         self._conn: Any = None
         self._answered_any = False  # once a call is answered, worker processes start fine
+        self._with_main = False
         self.restarts = 0
 
-    def _start(self) -> None:
+    def _start(self, with_main: bool) -> None:
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=_serve, args=(child, self.env, self.niceness), daemon=True)
-        self._proc.start()
+        with _main_script(with_main):
+            self._proc.start()
         child.close()
         self._conn = parent
+        self._with_main = with_main
 
     def call(self, fn: Callable[..., Any], *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
         """Run `fn(*args, **kwargs)` in the worker and return its result.
 
         Raises CandidateError (timeout, crashed, or the kind the candidate raised).
         """
+        message = _dumps((fn, args, kwargs))
+        with_main = _needs_main(message)
+        if self._proc is not None and with_main and not self._with_main:
+            self.close()  # a call that needs the user's script: a worker that imported it
         if self._proc is None or not self._proc.is_alive():
-            self._start()
+            self._start(with_main)
         limit = self.timeout if timeout is None else timeout
         try:
-            self._conn.send((fn, args, kwargs))
+            self._conn.send_bytes(message)
         except (BrokenPipeError, OSError):
             self._kill()
             raise CandidateError(ErrorKind.CRASHED, "worker process died before the call") from None
