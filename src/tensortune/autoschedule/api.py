@@ -33,13 +33,13 @@ from ..measure import MeasureResult, Timer, check_close
 from ..space import Config
 from ..tasks import ScheduleResult, Task, TaskScheduler
 from ..te.build import Kernel, build, reference_outputs
-from ..te.dtype import TEError, numpy_dtype
+from ..te.dtype import TEError
 from ..te.schedule import Schedule
 from ..te.tensor import Tensor, graph
 from ..search import create_strategy
 from ..tuner import Budget, Tuner
 from .holes import SketchSpace
-from .measure import CheckSpec, SketchBuilder, SketchRunner, kernel_args, time_interleaved
+from .measure import CheckSpec, SketchBuilder, SketchRunner, kernel_args, random_inputs, time_interleaved
 from .search import SketchSearch
 from .sketch import RULES_VERSION
 
@@ -246,12 +246,11 @@ def finish_kernel(problem: Problem, config: Config, best_time: float, trials: in
     from .measure import schedule_source
     schedule, _, sargs = schedule_source(problem.sketch_space, config, problem.args)
     kernel = build(schedule, sargs)
-    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
-    inputs = {t.name: rng.standard_normal(t.shape).astype(numpy_dtype(t.dtype)) for t in kernel.inputs}
+    spec = CheckSpec.of(problem.outputs, problem.args, "")
+    inputs = random_inputs(spec, np.random.default_rng(int.from_bytes(os.urandom(4), "little")))
     got = kernel(*[inputs[t.name] for t in kernel.inputs])
     got = got if isinstance(got, tuple) else (got,)
     want = reference_outputs(problem.outputs, **inputs)
-    spec = CheckSpec.of(problem.outputs, problem.args, "")
     for t, value in zip(kernel.outputs, got):
         check_close(value, want[t.name], spec.rtol, spec.atol)
     return ScheduledKernel(kernel, config, problem.workload, best_time, trials, seconds, from_db, problem.flops)

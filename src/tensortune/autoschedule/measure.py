@@ -51,6 +51,14 @@ class ArgSpec:
     shape: tuple[int, ...]
     dtype: str
     is_output: bool
+    low: int = -8  # integers are drawn from [low, high): an index stays inside what it indexes
+    high: int = 8
+
+
+def random_inputs(spec: "CheckSpec", rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Fresh inputs for a check: standard normal floats, integers within their ranges."""
+    return {a.name: rng.standard_normal(a.shape).astype(numpy_dtype(a.dtype)) if a.dtype != "int32"
+            else rng.integers(a.low, a.high, a.shape).astype(np.int32) for a in spec.args if not a.is_output}
 
 
 @dataclass(frozen=True)
@@ -76,9 +84,12 @@ class CheckSpec:
 
     @staticmethod
     def of(outputs: Sequence[Tensor], args: Sequence[Tensor], key: str) -> CheckSpec:
+        from ..te.ranges import DEFAULT_RANGE, input_ranges
         outs = {t.name for t in outputs}
         tol = default_tolerance(list(args))
-        return CheckSpec(key, tuple(ArgSpec(t.name, t.shape, t.dtype, t.name in outs) for t in args),
+        ranges = input_ranges(outputs)
+        return CheckSpec(key, tuple(ArgSpec(t.name, t.shape, t.dtype, t.name in outs,
+                                            *ranges.get(t.name, DEFAULT_RANGE)) for t in args),
                          tuple(outputs), tol, tol)
 
 
@@ -164,9 +175,7 @@ def run_candidate(library: str, function: str, spec: CheckSpec, timer: Timer, se
     state = worker_state()
     ref: _Reference | None = state.get(("reference", spec.key))
     if ref is None or (ref.seed != seed and (ref.seconds < 0.25 or ref.uses >= refresh)):
-        rng = np.random.default_rng(seed)
-        inputs = {a.name: rng.standard_normal(a.shape).astype(numpy_dtype(a.dtype)) if a.dtype != "int32"
-                  else rng.integers(-8, 8, a.shape).astype(np.int32) for a in spec.args if not a.is_output}
+        inputs = random_inputs(spec, np.random.default_rng(seed))
         start = time.perf_counter()
         expected = reference_outputs(spec.outputs, **inputs)
         ref = _Reference(seed, inputs, expected, time.perf_counter() - start)
@@ -254,8 +263,7 @@ def time_interleaved(libraries: Sequence[str], function: str, spec: CheckSpec, t
     """Inside the worker: every time of each library in each round, run in a shuffled order
     every round on the same inputs (so a slow drift of the machine hits all alike)."""
     rng = np.random.default_rng(seed)
-    inputs = {a.name: rng.standard_normal(a.shape).astype(numpy_dtype(a.dtype)) for a in spec.args
-              if not a.is_output}
+    inputs = random_inputs(spec, rng)
     arrays = {a.name: np.empty(a.shape, numpy_dtype(a.dtype)) if a.is_output else inputs[a.name]
               for a in spec.args}
     ptrs = [arrays[a.name].ctypes.data for a in spec.args]
