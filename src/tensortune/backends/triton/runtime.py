@@ -127,15 +127,17 @@ class GeneratedBuilder:
 
     def __init__(self, generator: Generator, *, target: tuple[str, int, int] | None = None,
                  jobs: int | None = None, max_shared: int | None = None, compile: bool = True,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, compiler: Any = None) -> None:
         from ...measure.triton_compile import ParallelCompiler, warm_triton
 
         self.generator = generator
         self.compiler = None
+        self.owns_compiler = compiler is None
+        self.compile_fn = functools.partial(compile_generated, generator.directory, generator.prefix, target,
+                                            max_shared)
         if compile:
-            fn = functools.partial(compile_generated, generator.directory, generator.prefix, target, max_shared)
-            self.compiler = ParallelCompiler(fn, jobs=jobs, env=env, warm=functools.partial(warm_triton, target),
-                                             stream=True)
+            self.compiler = compiler or ParallelCompiler(self.compile_fn, jobs=jobs, env=env,
+                                                         warm=functools.partial(warm_triton, target), stream=True)
         self.jobs = self.compiler.jobs if self.compiler else 1
 
     def build(self, configs: Sequence[Config]) -> Iterator[BuildResult]:
@@ -157,8 +159,9 @@ class GeneratedBuilder:
             for c in written:
                 yield BuildResult(c)
         elif written:
+            self.compiler.compile_fn = self.compile_fn  # a shared pool compiles this generator's modules now
             yield from self.compiler.build_iter(written)
 
     def close(self) -> None:
-        if self.compiler is not None:
+        if self.compiler is not None and self.owns_compiler:
             self.compiler.close()

@@ -119,6 +119,148 @@ def output_of(obj: Any) -> Tensor:
     return outs[0]
 
 
+class CudaSearch:
+    """One graph's search on the GPU, resumable round by round (a task of a task scheduler).
+
+    `runner` and `compiler` may be shared by several searches (one GPU worker and one
+    compile pool for a whole model); the search points the runner at its own task
+    before each round. Without them it makes its own, closed by `close()`.
+    """
+
+    def __init__(self, outputs: Any, *, db: Database | str | os.PathLike[str] | None = None,
+                 strategy: str | SearchStrategy = "evolutionary", strategy_options: Mapping[str, Any] | None = None,
+                 seed: int = 0, half: str = "float16", allow_tf32: bool = False, jobs: int | None = None,
+                 timer: Any = None, timeout: float = 60.0, cache_dir: str | os.PathLike[str] | None = None,
+                 progress: bool = True, budget_hint: int | None = None, runner: Any = None, compiler: Any = None,
+                 input_specs: Sequence[Any] | None = None) -> None:
+        self.interpret = interpret = interpreting()
+        if not interpret:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise TEError("autoschedule(target='cuda') needs a CUDA GPU; on the CPU set TRITON_INTERPRET=1 to "
+                              "run the generated kernels in Triton's interpreter (for testing)")
+        self.plan = plan = analyze(output_of(outputs))
+        self.options = GenOptions(half, interpret, allow_tf32)
+        self.sketch = sketch(plan, self.options, _sms(interpret))
+        self.workload = cuda_workload(plan, self.options)
+        self.target = cuda_target(interpret)
+        self.database = _open_db(db)
+        self.generator = Generator(plan, self.options, str(cache_dir or default_cache_dir()),
+                                   workload_digest(plan, self.options))
+        self.strategy, self.strategy_options, self.seed = strategy, dict(strategy_options or {}), seed
+        self.jobs, self.timer, self.timeout, self.progress = jobs, timer, timeout, progress
+        self.budget_hint = budget_hint
+        self.input_specs = input_specs
+        self._runner, self._shared_runner = runner, runner is not None
+        self._compiler = compiler
+        self._tuner: Tuner | None = None
+        self._builder: Any = None
+        self.results: list[MeasureResult] = []
+        self.best: MeasureResult | None = None
+        self.seconds = 0.0
+        self.session: int | None = None
+
+    def recorded(self) -> CudaKernel | None:
+        """The best recorded configuration built (no measuring), or None."""
+        record = recorded_best(self.database, self.workload, self.target)
+        if record is not None and record.config in self.sketch.space:
+            return CudaKernel(self.plan, record.config, self.generator, Tuning("database", best_time=record.time))
+        return None
+
+    @property
+    def task(self) -> Any:
+        from ...measure.gpu import GpuTask, TensorArg
+
+        args = kernel_args(self.plan, self.options)
+        if self.input_specs is not None:
+            specs = tuple(self.input_specs)
+        else:
+            specs = tuple(TensorArg(a.tensor.shape, a.dtype) for a in args[:-1])
+        specs += (TensorArg(args[-1].tensor.shape, args[-1].dtype, output=True),)
+        reference = TorchReference(self.plan.output, tuple(a.name for a in args[:-1]))
+        return GpuTask(GeneratedLaunch(self.generator.directory, self.generator.prefix), specs, reference=reference,
+                       device="cpu" if self.interpret else "cuda", timer=self.timer or default_timer(self.interpret),
+                       name=self.workload.id_text)
+
+    def _setup(self) -> Tuner:
+        from ...measure.gpu import GpuRunner
+        from ...measure.triton_compile import detect_target, device_max_shared
+
+        env = {"TRITON_INTERPRET": "1"} if self.interpret else {}
+        task = self.task
+        if self._runner is None:
+            self._runner = GpuRunner(task, timeout=self.timeout, env=env,
+                                     cutoff_factor=None if self.interpret else 4.0)
+        self._builder = GeneratedBuilder(self.generator, target=None if self.interpret else detect_target(),
+                                         jobs=self.jobs, max_shared=None if self.interpret else device_max_shared(),
+                                         compile=not self.interpret, env=env, compiler=self._compiler)
+        inner = create_strategy(self.strategy, self.sketch.space, seed=self.seed, budget=self.budget_hint,
+                                **self.strategy_options)
+        return Tuner(self.sketch.space, self._runner, workload=self.workload, target=self.target,
+                     db=self.database, builder=self._builder, strategy=SeededStrategy(inner, self.sketch.seeds),
+                     budget=self.budget_hint, seed=self.seed, progress=self.progress,
+                     description=f"{self.plan.output.name} ({self.plan.kind}, cuda)")
+
+    def run(self, budget: Budget | int | float | None) -> list[MeasureResult]:
+        """Measure up to `budget` more candidates; the search goes on where it stopped."""
+        import time
+
+        start = time.perf_counter()
+        if self._tuner is None:
+            self._tuner = self._setup()
+        elif self._shared_runner:
+            self._runner.set_task(self.task)
+        try:
+            self._tuner.budget = Budget.of(budget)
+            result = self._tuner.run()
+        finally:
+            self.seconds += time.perf_counter() - start
+        self.session = result.session
+        if result.best is not None and (self.best is None or result.best.time < self.best.time):
+            self.best = result.best  # the records it resumed from count too
+        new = list(result.history[result.reused:])
+        self.results.extend(new)
+        return new
+
+    def tune(self, trials: int) -> list[MeasureResult]:
+        return self.run(Budget(trials=trials))
+
+    def finish(self, confirm: bool = True) -> CudaKernel:
+        """The best kernel found, near-ties re-timed interleaved (recorded) when `confirm`."""
+        ok = [r for r in self.results if r.ok]
+        best = self.best
+        extra: dict[str, Any] = {}
+        if best is not None and confirm and not self.interpret and self._runner is not None:
+            if self._shared_runner:
+                self._runner.set_task(self.task)
+            confirmation = self._runner.confirm(self.results)
+            if confirmation is not None and confirmation.rounds:
+                chosen = next((r for r in ok if r.config == confirmation.winner), best)
+                from ...measure.gpu import confirmed_result
+
+                best = confirmed_result(chosen, confirmation)
+                self.database.add(self.workload, self.target, best, strategy="confirm", session=self.session)
+                extra = confirmation.as_extra()
+        if best is None:
+            recorded = self.recorded()
+            if recorded is not None:
+                return recorded
+            errors = sorted({str(r.error) for r in self.results if not r.ok})
+            raise TEError(f"no candidate of {self.plan.output.name!r} ran correctly in {len(self.results)} trials "
+                          f"(errors: {', '.join(errors) or 'none measured'}); see the records of "
+                          f"{self.workload.id_text}")
+        failures = sum(not r.ok for r in self.results)
+        tuning = Tuning("search", len(self.results), self.seconds, best.time, failures, extra)
+        return CudaKernel(self.plan, best.config, self.generator, tuning)
+
+    def close(self) -> None:
+        if self._builder is not None:
+            self._builder.close()
+        if self._runner is not None and not self._shared_runner:
+            self._runner.close()
+
+
 def autoschedule_cuda(outputs: Any, *, budget: Budget | int | float | None = 64,
                       db: Database | str | os.PathLike[str] | None = None, strategy: str | SearchStrategy =
                       "evolutionary", strategy_options: Mapping[str, Any] | None = None, seed: int = 0,
@@ -134,68 +276,18 @@ def autoschedule_cuda(outputs: Any, *, budget: Budget | int | float | None = 64,
     contractions may use TF32; `timer`: a `CudaTimer` for candidates (default: 50 ms of
     repeats, cold L2); `jobs`: compile processes (default: one per CPU).
     """
-    interpret = interpreting()
-    if not interpret:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise TEError("autoschedule(target='cuda') needs a CUDA GPU; on the CPU set TRITON_INTERPRET=1 to "
-                          "run the generated kernels in Triton's interpreter (for testing)")
-    plan = analyze(output_of(outputs))
-    options = GenOptions(half, interpret, allow_tf32)
-    sms = _sms(interpret)
-    sk = sketch(plan, options, sms)
-    workload = cuda_workload(plan, options)
-    target = cuda_target(interpret)
-    database = _open_db(db)
-    generator = Generator(plan, options, str(cache_dir or default_cache_dir()), workload_digest(plan, options))
+    search = CudaSearch(outputs, db=db, strategy=strategy, strategy_options=strategy_options, seed=seed,
+                        half=half, allow_tf32=allow_tf32, jobs=jobs, timer=timer, timeout=timeout,
+                        cache_dir=cache_dir, progress=progress, budget_hint=Budget.of(budget).trials)
     if not retune:
-        record = recorded_best(database, workload, target)
-        if record is not None and record.config in sk.space:
-            return CudaKernel(plan, record.config, generator, Tuning("database", best_time=record.time))
-    args = kernel_args(plan, options)
-    from ...measure.gpu import GpuRunner, GpuTask, TensorArg
-    from ...measure.triton_compile import detect_target, device_max_shared
-
-    specs = tuple(TensorArg(a.tensor.shape, a.dtype) for a in args[:-1])
-    specs += (TensorArg(args[-1].tensor.shape, args[-1].dtype, output=True),)
-    reference = TorchReference(plan.output, tuple(a.name for a in args[:-1]))
-    task = GpuTask(GeneratedLaunch(generator.directory, generator.prefix), specs, reference=reference,
-                   device="cpu" if interpret else "cuda", timer=timer or default_timer(interpret),
-                   name=workload.id_text)
-    env = {"TRITON_INTERPRET": "1"} if interpret else {}
-    builder = GeneratedBuilder(generator, target=None if interpret else detect_target(), jobs=jobs,
-                               max_shared=None if interpret else device_max_shared(), compile=not interpret,
-                               env=env)
-    inner = create_strategy(strategy, sk.space, seed=seed, budget=Budget.of(budget).trials,
-                            **dict(strategy_options or {}))
-    search = SeededStrategy(inner, sk.seeds)
+        recorded = search.recorded()
+        if recorded is not None:
+            return recorded
     try:
-        with GpuRunner(task, timeout=timeout, env=env, cutoff_factor=None if interpret else 4.0) as runner:
-            tuner = Tuner(sk.space, runner, workload=workload, target=target, db=database, builder=builder,
-                          strategy=search, budget=budget, seed=seed, progress=progress,
-                          description=f"{plan.output.name} ({plan.kind}, cuda)")
-            result = tuner.run()
-            best = result.best
-            extra: dict[str, Any] = {}
-            if best is not None and confirm and not interpret:
-                new = list(result.history[result.reused:])
-                confirmation = runner.confirm(new)
-                if confirmation is not None and confirmation.rounds:
-                    chosen = next((r for r in new if r.config == confirmation.winner), best)
-                    from ...measure.gpu import confirmed_result
-
-                    best = confirmed_result(chosen, confirmation)
-                    database.add(workload, target, best, strategy="confirm", session=result.session)
-                    extra = confirmation.as_extra()
+        search.run(budget)
+        return search.finish(confirm)
     finally:
-        builder.close()
-    if best is None:
-        errors = sorted({str(r.error) for r in result.history if not r.ok})
-        raise TEError(f"no candidate of {plan.output.name!r} ran correctly in {result.trials} trials "
-                      f"(errors: {', '.join(errors)}); see the records of {workload.id_text}")
-    tuning = Tuning("search", result.trials, result.seconds, best.time, result.failures, extra)
-    return CudaKernel(plan, best.config, generator, tuning)
+        search.close()
 
 
 def _sms(interpret: bool) -> int:
@@ -206,4 +298,4 @@ def _sms(interpret: bool) -> int:
     return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
 
 
-__all__ = ["SeededStrategy", "autoschedule_cuda", "cuda_target", "cuda_workload", "output_of", "recorded_best"]
+__all__ = ["CudaSearch", "SeededStrategy", "autoschedule_cuda", "cuda_target", "cuda_workload", "output_of", "recorded_best"]
