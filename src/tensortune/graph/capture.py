@@ -31,12 +31,26 @@ class Captured:
     gm: Any  # torch.fx.GraphModule
     example_inputs: list[Any]
     device_type: str
+    input_names: list[str] | None = None  # dynamo's names of the inputs (parameters say so)
+
+    def is_weight(self, k: int) -> bool:
+        """Whether input `k` is a parameter or buffer of the model (not an activation)."""
+        import torch
+        x = self.example_inputs[k]
+        name = self.input_names[k] if self.input_names and k < len(self.input_names) else ""
+        return isinstance(x, torch.nn.Parameter) or "_parameters_" in name or "_buffers_" in name
 
 
 def decompositions() -> dict[Any, Any]:
-    """torch's core ATen decompositions (what Inductor and export use)."""
+    """torch's core ATen decompositions (what Inductor and export use), except that
+    attention is kept whole as `tensortune::sdpa` (see `lowering.attention`)."""
+    import torch
     from torch._decomp import core_aten_decompositions
-    return dict(core_aten_decompositions())
+
+    from .lowering.attention import keep_sdpa
+    table = dict(core_aten_decompositions())
+    table[torch.ops.aten.scaled_dot_product_attention.default] = keep_sdpa
+    return table
 
 
 def device_of(inputs: Sequence[Any]) -> str:
@@ -61,8 +75,12 @@ def capture_graph(gm: Callable[..., Any], example_inputs: Sequence[Any]) -> Capt
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    import torch.fx as fx
+
     inputs = list(example_inputs)
     check_static(inputs)
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"] if isinstance(gm, fx.GraphModule) else None
+    gm = keep_attention(gm)
     try:
         # outside dynamo's tracing context: its fake mode and shape guards are not ours
         with torch._guards.tracing(None), torch.no_grad():
@@ -70,7 +88,27 @@ def capture_graph(gm: Callable[..., Any], example_inputs: Sequence[Any]) -> Capt
                              tracing_mode="fake", _allow_non_fake_inputs=True)(*inputs)
     except Exception as exc:  # noqa: BLE001 - a graph torch cannot trace
         raise CaptureError(f"could not trace the graph: {type(exc).__name__}: {exc}") from exc
-    return Captured(traced, inputs, device_of(inputs))
+    return Captured(traced, inputs, device_of(inputs), names)
+
+
+def keep_attention(gm: Any) -> Any:
+    """Dynamo's graph with `scaled_dot_product_attention` calls kept whole (see `decompositions`):
+    tracing would otherwise decompose them before any decomposition table is consulted."""
+    import torch
+    import torch.fx as fx
+
+    from .lowering.attention import keep_sdpa
+    if not isinstance(gm, fx.GraphModule):
+        return gm
+    targets = {torch.nn.functional.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention}
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in targets:
+            node.target = keep_sdpa
+            changed = True
+    if changed:
+        gm.recompile()
+    return gm
 
 
 def capture(model: Callable[..., Any], example_inputs: Sequence[Any]) -> list[Captured]:

@@ -10,8 +10,8 @@ Example:
     >>> from tensortune.graph.capture import capture
     >>> from tensortune.graph.lower import lower
     >>> x = torch.randn(4, 8)
-    >>> cap = capture(lambda x: torch.softmax(x, -1), [x])
-    >>> out = run_graph(lower(cap.gm, cap.example_inputs), [x])
+    >>> [cap] = capture(lambda x: torch.softmax(x, -1), [x])
+    >>> [out] = run_graph(lower(cap.gm, cap.example_inputs), [x])
     >>> bool(torch.allclose(out, torch.softmax(x, -1), atol=1e-6))
     True
 """

@@ -91,6 +91,7 @@ class Node:
     flops: float = 0.0
     value: Any = None  # constant: the tensor
     reason: str = ""  # torch: why it was not lowered
+    spec: Any = None  # te: how to make it again over other operands (an elementwise op or a reshape)
 
     @property
     def is_te(self) -> bool:
@@ -129,6 +130,33 @@ class Graph:
 
     def output_ids(self) -> list[int]:
         return [r.node for r in flatten_outputs(self.outputs)]
+
+    def live(self) -> set[int]:
+        """The nodes the outputs depend on (graph inputs always count)."""
+        seen = set(self.input_ids)
+        stack = self.output_ids()
+        while stack:
+            i = stack.pop()
+            if i not in seen:
+                seen.add(i)
+                stack.extend(self.nodes[i].inputs)
+        seen.update(self.output_ids())
+        return seen
+
+    def pruned(self) -> "Graph":
+        """The graph without nodes no output depends on, renumbered."""
+        keep = self.live()
+        new = Graph()
+        ids: dict[int, int] = {}
+        for n in self.nodes:
+            if n.id not in keep:
+                continue
+            m = Node(-1, n.kind, n.op, tuple(ids[i] for i in n.inputs), n.info, build=n.build, call=n.call,
+                     role=n.role, origin=n.origin, alias=n.alias, flops=n.flops, value=n.value, reason=n.reason,
+                     spec=n.spec)
+            ids[n.id] = new.add(m)
+        new.outputs = map_outputs(self.outputs, lambda r: OutputRef(ids[r.node]))
+        return new
 
     def describe(self) -> str:
         lines = []

@@ -9,10 +9,10 @@ constants, unless they are large.
 Example:
     >>> import torch
     >>> from tensortune.graph.capture import capture
-    >>> cap = capture(lambda x: torch.relu(x) * 2, [torch.randn(4, 8)])
+    >>> [cap] = capture(lambda x: torch.relu(x) * 2, [torch.randn(4, 8)])
     >>> g = lower(cap.gm, cap.example_inputs)
-    >>> [n.op for n in g.nodes]
-    ['input', 'aten.relu.default', 'aten.mul.Tensor']
+    >>> [n.kind + " " + n.op for n in g.nodes if n.kind != "input"]
+    ['te aten.relu.default', 'te aten.mul.Tensor']
 """
 
 from __future__ import annotations
@@ -54,8 +54,9 @@ class Lowerer:
         self.device_type = device_type
         self.graph = Graph()
         self.ctx = LoweringContext(self.graph)
-        self.env: dict[Any, Any] = {}  # FX node -> Val | tuple | Python value | _Folded
+        self.env: dict[Any, Any] = {}  # FX node -> Val | tuple | Python value
         self.folded: dict[Any, Any] = {}  # FX node -> real value
+        self.force_fallback: set[str] = set()  # FX node names run by ATen whatever their rule
 
     def run(self) -> Graph:
         placeholders = 0
@@ -135,8 +136,9 @@ class Lowerer:
             self.folded[node] = self._fold(node)
             return
         rule = rule_for(target)
-        if rule is None:
-            self.env[node] = self._fallback(node, reason="no lowering rule")
+        if rule is None or node.name in self.force_fallback:
+            reason = "no lowering rule" if rule is None else "its lowering disagreed with ATen on this model"
+            self.env[node] = self._fallback(node, reason=reason)
             return
         args, kwargs = self._map(tuple(node.args)), self._map(dict(node.kwargs))
         val = node.meta.get("val")

@@ -1,8 +1,9 @@
 """ATen ops lowered to te stages: a registry of rules, one module per family of ops.
 
 `RULES` maps an ATen overload (`torch.ops.aten.add.Tensor`) to its rule; `rule_for(target)`
-finds it. Rules live in `elementwise`, `shapes`, `reductions`, `linalg`, `norms` and
-`misc`; each is `rule(ctx, *args, **kwargs)` over `Val` operands (see `context`).
+finds it. Rules live in `elementwise`, `shapes`, `reductions`, `linalg`, `norms`,
+`attention` and `misc`; each is `rule(ctx, *args, **kwargs)` over `Val` operands (see
+`context`).
 
 Example:
     >>> import torch
@@ -37,7 +38,7 @@ def register(*targets: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]
 def rule_for(target: Any) -> Callable[..., Any] | None:
     global _LOADED
     if not _LOADED:
-        from . import elementwise, linalg, misc, norms, reductions, shapes  # noqa: F401  (registers rules)
+        from . import attention, elementwise, linalg, misc, norms, reductions, shapes  # noqa: F401  (registers rules)
         _LOADED = True
     return RULES.get(target)
 

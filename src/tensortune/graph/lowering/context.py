@@ -36,10 +36,18 @@ class Unsupported(Exception):
 
 @dataclass(frozen=True)
 class Val:
-    """A tensor operand of a rule: the node that makes it and its static type."""
+    """A tensor operand of a rule: the node that makes it and its static type.
+
+    `dims`, when set, says which output dimension each of its dimensions is read along
+    (a row statistic of shape [B, S] read by an output [B, S, H] has dims (0, 1)),
+    instead of torch's right-aligned broadcasting."""
 
     node: int
     info: ValueInfo
+    dims: tuple[int, ...] | None = None
+
+    def aligned(self, dims: Sequence[int]) -> "Val":
+        return Val(self.node, self.info, tuple(dims))
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -66,10 +74,14 @@ def axis_names(n: int, prefix: str = "i") -> list[str]:
     return [f"{prefix}{d}" for d in range(n)] or [f"{prefix}0"]
 
 
-def read(t: Tensor, shape: Sequence[int], idx: Sequence[Expr], out_shape: Sequence[int]) -> Expr:
-    """`t` (of logical `shape`) read at the output index `idx`, broadcast as torch does."""
+def read(t: Tensor, shape: Sequence[int], idx: Sequence[Expr], out_shape: Sequence[int],
+         dims: Sequence[int] | None = None) -> Expr:
+    """`t` (of logical `shape`) read at the output index `idx`, broadcast as torch does
+    (or along the output dimensions `dims`)."""
     if not shape:
         return t[0]
+    if dims is not None:
+        return t[tuple(idx[d] for d in dims)]
     offset = len(out_shape) - len(shape)
     index = []
     for d, extent in enumerate(shape):
@@ -112,6 +124,16 @@ def compute_dtype(dtypes: Sequence[str]) -> str:
     return "int32"
 
 
+@dataclass(frozen=True)
+class ElementwiseSpec:
+    """An elementwise stage as `LoweringContext.elementwise` was asked for it."""
+
+    fn: Callable[..., Expr]
+    operands: tuple[Any, ...]
+    dtype: str
+    compute: tuple[str, ...]
+
+
 class LoweringContext:
     """Adds nodes to a graph on behalf of lowering rules."""
 
@@ -128,10 +150,10 @@ class LoweringContext:
         return Val(self.graph.add(Node(-1, "constant", name, (), info, origin=name, value=value)), info)
 
     def stage(self, build: Callable[..., Tensor], inputs: Sequence[Val], info: ValueInfo, *, op: str = "",
-              alias: bool = False) -> Val:
+              alias: bool = False, spec: Any = None) -> Val:
         """Add a te stage; `build(name, *te_inputs)` must make a tensor of `info`'s type."""
         node = Node(-1, "te", op or self.op, tuple(v.node for v in inputs), info, build=build,
-                    origin=self.origin, alias=alias)
+                    origin=self.origin, alias=alias, spec=spec)
         probe = build("probe", *[te.placeholder(te_shape(v.shape), te_dtype(v.dtype), f"in{k}")
                                  for k, v in enumerate(inputs)])
         want = (te_shape(info.shape), te_dtype(info.dtype))
@@ -151,7 +173,8 @@ class LoweringContext:
         per operand; default: the operands' common type, see `compute_dtype`), numbers as
         constants of it, booleans as conditions."""
         tensors = [o for o in operands if isinstance(o, Val)]
-        out_shape = tuple(shape) if shape is not None else broadcast_shapes([t.shape for t in tensors])
+        out_shape = tuple(shape) if shape is not None else \
+            broadcast_shapes([t.shape for t in tensors if t.dims is None])
         if isinstance(compute, (list, tuple)):
             cdts = list(compute)
         else:
@@ -164,16 +187,17 @@ class LoweringContext:
                 vals: list[Any] = list(operands)
                 for t, k in zip(ts, positions):
                     v = operands[k]
-                    vals[k] = to_dtype(logical(read(t, v.shape, index, out_shape), v.dtype), cdts[k])
+                    vals[k] = to_dtype(logical(read(t, v.shape, index, out_shape, v.dims), v.dtype), cdts[k])
                 for k, o in enumerate(vals):
                     if not isinstance(o, Expr):
                         vals[k] = scalar(o, cdts[k])
                 return store(fn(*vals), dtype)
             return te.compute(te_shape(out_shape), body, name=name, axis_names=axis_names(len(out_shape)))
 
-        return self.stage(build, tensors, ValueInfo(out_shape, dtype), op=op)
+        spec = ElementwiseSpec(fn, tuple(operands), dtype, tuple(cdts))
+        return self.stage(build, tensors, ValueInfo(out_shape, dtype), op=op, spec=spec)
 
-    def reduce(self, combiner: str, x: Val, dims: Sequence[int], *, keepdim: bool = False, dtype: str | None = None,
+    def reduce(self, combiner: str, x: Val, dims: Sequence[int], *, dtype: str | None = None,
                prologue: Callable[..., Expr] | None = None, extra: Sequence[Val] = (), op: str = "",
                acc: str | None = None, source: str | None = None) -> Val:
         """`combiner` (sum, max, min) of `prologue(x, *extra)` (default x) over `dims`.
@@ -183,8 +207,7 @@ class LoweringContext:
         as `dtype` (default: `acc`). `extra` values are read at the input's index."""
         dims = sorted({d % max(1, x.ndim) for d in dims})
         kept = [d for d in range(x.ndim) if d not in dims]
-        out_shape = tuple(1 if d in dims else x.shape[d] for d in range(x.ndim)) if keepdim else \
-            tuple(x.shape[d] for d in kept)
+        out_shape = tuple(x.shape[d] for d in kept)
         acc = acc or (compute_dtype([x.dtype]) if x.dtype != "bool" else "int32")
         src_dtype = source or acc
         out_dtype = dtype or acc
@@ -193,21 +216,12 @@ class LoweringContext:
             raxes = [te.reduce_axis(x.shape[d], f"r{d}") for d in dims]
 
             def body(*idx: Expr) -> Expr:
-                full: list[Expr] = []
-                k = 0
-                it = iter(raxes)
-                for d in range(x.ndim):
-                    if d in dims:
-                        full.append(next(it))
-                        if keepdim:
-                            k += 1
-                    else:
-                        full.append(idx[k])
-                        k += 1
+                it, rest = iter(raxes), iter(idx)
+                full: list[Expr] = [next(it) if d in dims else next(rest) for d in range(x.ndim)]
                 src = to_dtype(logical(xt[tuple(full)] if x.ndim else xt[0], x.dtype), src_dtype)
                 if prologue is not None:
                     kept_idx = [full[d] for d in range(x.ndim)]
-                    ex = [to_dtype(logical(read(t, v.shape, kept_idx, x.shape), v.dtype), src_dtype)
+                    ex = [to_dtype(logical(read(t, v.shape, kept_idx, x.shape, v.dims), v.dtype), src_dtype)
                           for t, v in zip(others, extra)]
                     src = prologue(src, *ex)
                 red = {"sum": te.sum, "max": te.max, "min": te.min}[combiner](src, axis=raxes)

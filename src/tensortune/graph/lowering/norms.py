@@ -22,7 +22,7 @@ import torch
 from ... import te
 from . import register
 from .context import LoweringContext, Unsupported, Val
-from .reductions import variance
+from .reductions import keep, rows, variance
 
 aten = torch.ops.aten
 
@@ -32,9 +32,9 @@ def layer_norm(ctx: LoweringContext, x: Val, normalized_shape: Sequence[int], we
                eps: float) -> tuple[Val, Val, Val]:
     k = len(normalized_shape)
     dims = list(range(x.ndim - k, x.ndim))
-    var, mean = variance(ctx, x, dims, 0.0, keepdim=True)
+    var, mean = variance(ctx, x, dims, 0.0, keepdim=False)
     rstd = ctx.elementwise(lambda v: 1.0 / te.sqrt(v + eps), [var], var.dtype)
-    operands: list[Any] = [x, mean, rstd]
+    operands: list[Any] = [x, rows(mean, x, dims), rows(rstd, x, dims)]
     if weight is not None:
         operands.append(weight)
     if bias is not None:
@@ -48,7 +48,7 @@ def layer_norm(ctx: LoweringContext, x: Val, normalized_shape: Sequence[int], we
             out = out + wb[-1]
         return out
     out = ctx.elementwise(fn, operands, x.dtype)
-    return out, ctx.cast(mean, x.dtype), ctx.cast(rstd, x.dtype)
+    return out, keep(ctx, ctx.cast(mean, x.dtype), x, dims), keep(ctx, ctx.cast(rstd, x.dtype), x, dims)
 
 
 def _channel(ctx: LoweringContext, v: Val | None, ndim: int) -> Val | None:
@@ -97,9 +97,10 @@ def group_norm(ctx: LoweringContext, x: Val, weight: Val | None, bias: Val | Non
     if c % groups:
         raise Unsupported(f"{c} channels in {groups} groups")
     grouped = view(ctx, x, [n, groups, (c // groups) * hw])
-    var, mean = variance(ctx, grouped, [2], 0.0, keepdim=True)
+    var, mean = variance(ctx, grouped, [2], 0.0, keepdim=False)
     rstd = ctx.elementwise(lambda v: 1.0 / te.sqrt(v + eps), [var], var.dtype)
-    normed = ctx.elementwise(lambda v, m, r: (v - m) * r, [grouped, mean, rstd], var.dtype)
+    normed = ctx.elementwise(lambda v, m, r: (v - m) * r,
+                             [grouped, rows(mean, grouped, [2]), rows(rstd, grouped, [2])], var.dtype)
     out = view(ctx, normed, list(x.shape))
     w, b = _channel(ctx, weight, x.ndim), _channel(ctx, bias, x.ndim)
     operands: list[Any] = [out] + [v for v in (w, b) if v is not None]
@@ -111,7 +112,7 @@ def group_norm(ctx: LoweringContext, x: Val, weight: Val | None, bias: Val | Non
             v = v + wb[-1]
         return v
     result = ctx.elementwise(fn, operands, x.dtype)
-    return result, view(ctx, ctx.cast(mean, x.dtype), [n, groups]), view(ctx, ctx.cast(rstd, x.dtype), [n, groups])
+    return result, ctx.cast(mean, x.dtype), ctx.cast(rstd, x.dtype)
 
 
 _ = math

@@ -41,22 +41,26 @@ def _count(x: Val, dims: Sequence[int]) -> int:
 def sum_(ctx: LoweringContext, x: Val, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Val:
     if x.ndim == 0:
         return ctx.cast(x, ctx.out_dtype)
-    return ctx.reduce("sum", x, _dims(x, dim), keepdim=keepdim, dtype=ctx.out_dtype)
+    dims = _dims(x, dim)
+    out = ctx.reduce("sum", x, dims, dtype=ctx.out_dtype)
+    return keep(ctx, out, x, dims) if keepdim else out
 
 
 @register(aten.mean.dim, aten.mean.default)
 def mean(ctx: LoweringContext, x: Val, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Val:
     dims = _dims(x, dim)
     inv = 1.0 / _count(x, dims)
-    total = ctx.reduce("sum", x, dims, keepdim=keepdim, prologue=lambda v: v * inv)
-    return ctx.cast(total, ctx.out_dtype)
+    total = ctx.cast(ctx.reduce("sum", x, dims, prologue=lambda v: v * inv), ctx.out_dtype)
+    return keep(ctx, total, x, dims) if keepdim else total
 
 
 def _minmax(combiner: str) -> Any:
     def rule(ctx: LoweringContext, x: Val, dim: Any = None, keepdim: bool = False) -> Val:
         if x.dtype == "bool":
             raise Unsupported(f"{combiner} of booleans")
-        return ctx.reduce(combiner, x, _dims(x, dim), keepdim=keepdim, dtype=ctx.out_dtype)
+        dims = _dims(x, dim)
+        out = ctx.reduce(combiner, x, dims, dtype=ctx.out_dtype)
+        return keep(ctx, out, x, dims) if keepdim else out
     rule.__name__ = combiner
     return rule
 
@@ -68,10 +72,12 @@ register(aten.amin.default, aten.min.default)(_minmax("min"))
 def _truth(ctx: LoweringContext, combiner: str, x: Val, dim: Any, keepdim: bool) -> Val:
     from .context import compute_dtype
     source = "bool" if x.dtype == "bool" else compute_dtype([x.dtype])
-    total = ctx.reduce(combiner, x, _dims(x, dim), keepdim=keepdim, acc="int32", source=source,
+    dims = _dims(x, dim)
+    total = ctx.reduce(combiner, x, dims, acc="int32", source=source,
                        prologue=lambda v: te.select(v if v.dtype == "bool" else te.not_equal(v, te.const(0, v.dtype)),
                                                     te.const(1, "int32"), te.const(0, "int32")))
-    return ctx.cast(total, "bool")
+    out = ctx.cast(total, "bool")
+    return keep(ctx, out, x, dims) if keepdim else out
 
 
 @register(aten.any.dim, aten.any.dims, aten.any.default)
@@ -85,19 +91,29 @@ def all_(ctx: LoweringContext, x: Val, dim: Any = None, keepdim: bool = False) -
 
 
 def variance(ctx: LoweringContext, x: Val, dims: list[int], correction: float, keepdim: bool) -> tuple[Val, Val]:
-    """(variance, mean) over `dims`, both in the accumulation type (two passes)."""
+    """(variance, mean) over `dims` in the accumulation type, in two passes; without
+    `keepdim` they are row statistics (read them with `rows(...)`)."""
     n = _count(x, dims)
     inv = 1.0 / n
-    m = ctx.reduce("sum", x, dims, keepdim=True, prologue=lambda v: v * inv)
-    scale = 1.0 / max(0, n - correction) if n - correction > 0 else float("nan")
-    if math.isnan(scale):
+    if n - correction <= 0:
         raise Unsupported("variance with no degrees of freedom")
-    var = ctx.reduce("sum", x, dims, keepdim=keepdim, extra=[m],
-                     prologue=lambda v, mu: (v - mu) * (v - mu) * scale)
-    if not keepdim:
-        from .shapes import squeeze
-        m = squeeze(ctx, m, dims)
+    scale = 1.0 / (n - correction)
+    m = ctx.reduce("sum", x, dims, prologue=lambda v: v * inv)
+    var = ctx.reduce("sum", x, dims, extra=[rows(m, x, dims)], prologue=lambda v, mu: (v - mu) * (v - mu) * scale)
+    if keepdim:
+        return keep(ctx, var, x, dims), keep(ctx, m, x, dims)
     return var, m
+
+
+def rows(stat: Val, x: Val, dims: Sequence[int]) -> Val:
+    """A statistic reduced over `dims` of `x`, read along x's other dimensions."""
+    return stat.aligned([d for d in range(x.ndim) if d not in set(dims)])
+
+
+def keep(ctx: LoweringContext, stat: Val, x: Val, dims: Sequence[int]) -> Val:
+    """The statistic with the reduced dimensions kept as ones (torch's keepdim=True)."""
+    from .shapes import view
+    return view(ctx, stat, [1 if d in set(dims) else x.shape[d] for d in range(x.ndim)])
 
 
 def _correction(correction: Any, unbiased: Any = None) -> float:
@@ -131,12 +147,13 @@ def var_mean(ctx: LoweringContext, x: Val, dim: Any = None, *args: Any, correcti
 def softmax_stages(ctx: LoweringContext, x: Val, dim: int, log: bool = False) -> Val:
     """max, sum of exp(x - max), then the output (in the accumulation type)."""
     dim %= max(1, x.ndim)
-    mx = ctx.reduce("max", x, [dim], keepdim=True)
-    total = ctx.reduce("sum", x, [dim], keepdim=True, extra=[mx], prologue=lambda v, m: te.exp(v - m))
+    mx = ctx.reduce("max", x, [dim])
+    total = ctx.reduce("sum", x, [dim], extra=[rows(mx, x, [dim])], prologue=lambda v, m: te.exp(v - m))
     acc = total.dtype
+    stats = [rows(mx, x, [dim]), rows(total, x, [dim])]
     if log:
-        return ctx.elementwise(lambda v, m, s: v - m - te.log(s), [x, mx, total], acc)
-    return ctx.elementwise(lambda v, m, s: te.exp(v - m) / s, [x, mx, total], acc)
+        return ctx.elementwise(lambda v, m, s: v - m - te.log(s), [x, *stats], acc)
+    return ctx.elementwise(lambda v, m, s: te.exp(v - m) / s, [x, *stats], acc)
 
 
 @register(aten._softmax.default)
@@ -153,22 +170,23 @@ def log_softmax(ctx: LoweringContext, x: Val, dim: int, half_to_float: bool = Fa
 def safe_softmax(ctx: LoweringContext, x: Val, dim: int, dtype: Any = None) -> Val:
     """Softmax whose fully masked rows (all -inf) give zeros instead of NaN."""
     dim %= max(1, x.ndim)
-    mx = ctx.reduce("max", x, [dim], keepdim=True)
-    total = ctx.reduce("sum", x, [dim], keepdim=True, extra=[mx],
-                       prologue=lambda v, m: te.select(te.equal(m, float("-inf")), te.const(0, v.dtype), te.exp(v - m)))
-    out = ctx.elementwise(lambda v, m, s: te.select(te.equal(m, float("-inf")), te.const(0, v.dtype), te.exp(v - m) / s),
-                          [x, mx, total], total.dtype)
+    mx = ctx.reduce("max", x, [dim])
+    m = rows(mx, x, [dim])
+    total = ctx.reduce("sum", x, [dim], extra=[m],
+                       prologue=lambda v, mm: te.select(te.equal(mm, float("-inf")), te.const(0, v.dtype),
+                                                        te.exp(v - mm)))
+    out = ctx.elementwise(lambda v, mm, s: te.select(te.equal(mm, float("-inf")), te.const(0, v.dtype),
+                                                     te.exp(v - mm) / s), [x, m, rows(total, x, [dim])], total.dtype)
     return ctx.cast(out, ctx.out_dtype)
 
 
 @register(aten.logsumexp.default)
 def logsumexp(ctx: LoweringContext, x: Val, dim: Any, keepdim: bool = False) -> Val:
     dims = _dims(x, dim)
-    mx = ctx.reduce("max", x, dims, keepdim=True)
-    total = ctx.reduce("sum", x, dims, keepdim=keepdim, extra=[mx], prologue=lambda v, m: te.exp(v - m))
-    from .shapes import squeeze
-    m = mx if keepdim else squeeze(ctx, mx, dims)
-    return ctx.elementwise(lambda s, mm: te.log(s) + mm, [total, m], ctx.out_dtype)
+    mx = ctx.reduce("max", x, dims)
+    total = ctx.reduce("sum", x, dims, extra=[rows(mx, x, dims)], prologue=lambda v, m: te.exp(v - m))
+    out = ctx.elementwise(lambda s, mm: te.log(s) + mm, [total, mx], ctx.out_dtype)
+    return keep(ctx, out, x, dims) if keepdim else out
 
 
 @register(aten.linalg_vector_norm.default)
@@ -176,5 +194,7 @@ def vector_norm(ctx: LoweringContext, x: Val, ord: Any = 2, dim: Any = None, kee
                 dtype: Any = None) -> Val:
     if ord != 2:
         raise Unsupported(f"vector norm of order {ord!r}")
-    total = ctx.reduce("sum", x, _dims(x, dim), keepdim=keepdim, prologue=lambda v: v * v)
-    return ctx.elementwise(lambda s: te.sqrt(s), [total], ctx.out_dtype)
+    dims = _dims(x, dim)
+    total = ctx.reduce("sum", x, dims, prologue=lambda v: v * v)
+    out = ctx.elementwise(lambda s: te.sqrt(s), [total], ctx.out_dtype)
+    return keep(ctx, out, x, dims) if keepdim else out

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -40,7 +41,15 @@ def _same(ctx: LoweringContext, x: Val, shape: Sequence[int], index_fn: Any, *, 
             return xt[tuple(index)] if x.shape else xt[0]
         return te.compute(te_shape(out_shape), body, name=name, axis_names=axis_names(len(out_shape)))
 
-    return ctx.stage(build, [x], ValueInfo(out_shape, x.dtype), op=op, alias=alias)
+    return ctx.stage(build, [x], ValueInfo(out_shape, x.dtype), op=op, alias=alias,
+                     spec=ViewSpec(out_shape) if alias else None)
+
+
+@dataclass(frozen=True)
+class ViewSpec:
+    """A reshape of contiguous data to `shape`."""
+
+    shape: tuple[int, ...]
 
 
 def _resolve(shape: Sequence[int], numel: int) -> tuple[int, ...]:
@@ -93,16 +102,21 @@ def view_index(in_shape: Sequence[int], out_shape: Sequence[int], idx: Sequence[
           aten._reshape_alias.default)
 def view(ctx: LoweringContext, x: Val, shape: Sequence[int], *_: Any) -> Val:
     out = _resolve(shape, x.info.numel)
+    src = x
+    node = ctx.graph.nodes[x.node]
+    if node.alias and isinstance(node.spec, ViewSpec):  # a reshape of a reshape
+        src = Val(node.inputs[0], ctx.graph.nodes[node.inputs[0]].info)
+    if out == src.shape:
+        return src
     if out == x.shape:
         return x
-    return _same(ctx, x, out, lambda idx: view_index(x.shape, out, idx), alias=True)
+    return _same(ctx, src, out, lambda idx: view_index(src.shape, out, idx), alias=True)
 
 
 @register(aten.unsqueeze.default, aten.unsqueeze_copy.default)
 def unsqueeze(ctx: LoweringContext, x: Val, dim: int) -> Val:
     dim = dim % (x.ndim + 1)
-    out = x.shape[:dim] + (1,) + x.shape[dim:]
-    return _same(ctx, x, out, lambda idx: idx[:dim] + idx[dim + 1:], alias=True)
+    return view(ctx, x, x.shape[:dim] + (1,) + x.shape[dim:])
 
 
 @register(aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.squeeze_copy.dim,
@@ -110,17 +124,7 @@ def unsqueeze(ctx: LoweringContext, x: Val, dim: int) -> Val:
 def squeeze(ctx: LoweringContext, x: Val, dim: Any = None) -> Val:
     dims = range(x.ndim) if dim is None else [dim] if isinstance(dim, int) else list(dim)
     drop = {d % max(1, x.ndim) for d in dims if x.shape[d % max(1, x.ndim)] == 1}
-    if not drop:
-        return x
-    keep = [d for d in range(x.ndim) if d not in drop]
-    out = tuple(x.shape[d] for d in keep)
-
-    def index(idx: list[Any]) -> list[Any]:
-        full: list[Any] = [0] * x.ndim
-        for k, d in enumerate(keep):
-            full[d] = idx[k]
-        return full
-    return _same(ctx, x, out, index, alias=True)
+    return view(ctx, x, [e for d, e in enumerate(x.shape) if d not in drop]) if drop else x
 
 
 @register(aten.permute.default, aten.permute_copy.default)

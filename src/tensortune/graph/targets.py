@@ -1,0 +1,247 @@
+"""Where a compiled graph runs: what one kernel may hold, how a kernel is tuned and called.
+
+`CpuTarget` tunes each kernel with the CPU auto-scheduler (C with OpenMP) and calls the
+compiled function on the tensors' memory; `CudaTarget` tunes Triton kernels on the GPU
+(one worker and one compile pool shared by all of a model's kernels) and launches them.
+Both accept as one kernel what the GPU patterns describe: a contraction with its
+prologue and epilogue, reductions over the same rows, or elementwise work (the CUDA
+target also a fused attention where its backend has one).
+
+Example:
+    >>> cpu = CpuTarget()
+    >>> cpu.name, cpu.device
+    ('cpu', 'cpu')
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..te.ranges import DEFAULT_RANGE, input_ranges
+from .ir import Graph
+from .kernel import KernelGraph, build_kernel, gpu_kind, stage_nodes
+from .runtime import KernelStep
+
+KINDS = ("contraction", "rows", "elementwise")
+
+
+def _kernel_dtypes(graph: Graph, nodes: frozenset[int]) -> set[str]:
+    out = set()
+    for n in nodes:
+        node = graph.nodes[n]
+        out.add(node.info.dtype if node.info else "")
+        out.update(graph.nodes[i].info.dtype for i in node.inputs if graph.nodes[i].info is not None)
+    return out
+
+
+@dataclass
+class CpuTarget:
+    """C kernels for this machine's CPU, tuned by the auto-scheduler."""
+
+    jobs: int = 2
+    timer: Any = None
+    name: str = "cpu"
+    device: str = "cpu"
+    multi_anchor: bool = False
+
+    def legal(self, graph: Graph, nodes: frozenset[int]) -> bool:
+        from ..te.dtype import FLOAT_TYPES
+        dtypes = _kernel_dtypes(graph, nodes)
+        if "bfloat16" in dtypes and "bfloat16" not in FLOAT_TYPES:
+            return False
+        return gpu_kind(build_kernel(graph, stage_nodes(graph, nodes)).output) in KINDS
+
+    def search(self, kernel: KernelGraph, *, db: Any, seed: int, budget_hint: int | None) -> "CpuSearch":
+        return CpuSearch(kernel, db, seed, self.jobs, self.timer, budget_hint)
+
+    def close(self) -> None:
+        pass
+
+
+class CpuSearch:
+    """One kernel's search with the CPU auto-scheduler, resumable round by round."""
+
+    def __init__(self, kernel: KernelGraph, db: Any, seed: int, jobs: int, timer: Any,
+                 budget_hint: int | None) -> None:
+        from ..autoschedule.api import Problem
+        from ..db import Target
+
+        self.kernel = kernel
+        self.problem = Problem.of([kernel.output], args=list(kernel.placeholders) + [kernel.output],
+                                  name=f"kernel-{kernel.key}")
+        self.db, self.target = db, Target.cpu()
+        self.seed, self.jobs, self.timer, self.budget_hint = seed, jobs, timer, budget_hint
+        self._session: Any = None
+
+    @property
+    def flops(self) -> float:
+        return self.problem.flops
+
+    def recorded(self) -> Any:
+        from ..autoschedule.api import finish_kernel, recorded_best
+        record = recorded_best(self.db, self.problem.workload, self.target)
+        return None if record is None else finish_kernel(self.problem, record.config, record.time, 0, 0.0, True)
+
+    def tune(self, trials: int) -> list[Any]:
+        if self._session is None:
+            from ..autoschedule.api import _Session
+            self._session = _Session(self.problem, self.db, self.target, "evolutionary", self.seed, self.jobs,
+                                     False, self.timer, self.budget_hint)
+        return self._session.tune(trials)
+
+    def finish(self) -> Any:
+        if self._session is None:
+            return self.recorded()
+        return self._session.finish(4, 5)
+
+    def step(self, built: Any, root: int, reads: tuple[int, ...], name: str) -> KernelStep:
+        te_kernel = built.kernel
+        order = [a.name for a in te_kernel.args]
+        fn = te_kernel._fn
+
+        def run(inputs: list[Any], out: Any) -> None:
+            by_name = {f"in{k}": x for k, x in enumerate(inputs)}
+            by_name["out"] = out
+            if fn(*[by_name[n].data_ptr() for n in order]) != 0:
+                raise MemoryError(f"kernel {name} could not allocate its temporaries")
+        return KernelStep(name, root, reads, run)
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.runner.close()
+
+
+@dataclass
+class CudaTarget:
+    """Triton kernels for the visible NVIDIA GPU (or Triton's interpreter under TRITON_INTERPRET=1)."""
+
+    jobs: int | None = None
+    timer: Any = None
+    name: str = "cuda"
+    device: str = "cuda"
+    multi_anchor: bool = True
+    cache_dir: str | None = None
+    _runner: Any = field(default=None, repr=False)
+    _compiler: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        from ..backends.triton.kernel import interpreting
+        if interpreting():
+            self.device = "cpu"
+
+    def legal(self, graph: Graph, nodes: frozenset[int]) -> bool:
+        kind = gpu_kind(build_kernel(graph, stage_nodes(graph, nodes)).output)
+        return kind is not None and (kind in KINDS or self.multi_anchor)
+
+    def search(self, kernel: KernelGraph, *, db: Any, seed: int, budget_hint: int | None) -> "CudaTaskSearch":
+        return CudaTaskSearch(self, kernel, db, seed, budget_hint)
+
+    def shared(self, task: Any) -> tuple[Any, Any]:
+        """The GPU worker and compile pool every kernel's search shares (made on first use)."""
+        from ..backends.triton.kernel import interpreting
+        interpret = interpreting()
+        env = {"TRITON_INTERPRET": "1"} if interpret else {}
+        if self._runner is None:
+            from ..measure.gpu import GpuRunner
+            self._runner = GpuRunner(task, timeout=60.0, env=env, cutoff_factor=None if interpret else 4.0)
+        if self._compiler is None and not interpret:
+            import functools
+
+            from ..measure.triton_compile import ParallelCompiler, detect_target, warm_triton
+            target = detect_target()
+            self._compiler = ParallelCompiler(lambda c: None, jobs=self.jobs, env=env,
+                                              warm=functools.partial(warm_triton, target), stream=True)
+        return self._runner, self._compiler
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+        if self._compiler is not None:
+            self._compiler.close()
+            self._compiler = None
+
+
+class CudaTaskSearch:
+    """One kernel's GPU search (`backends.triton.CudaSearch`) on the target's shared worker."""
+
+    def __init__(self, target: CudaTarget, kernel: KernelGraph, db: Any, seed: int, budget_hint: int | None) -> None:
+        from ..backends.triton.tune import CudaSearch
+        from ..measure.gpu import TensorArg
+
+        self.target, self.kernel = target, kernel
+        half = kernel.half
+        ranges = input_ranges(kernel.output)
+        self._search = CudaSearch(kernel.output, db=db, seed=seed, half=half, progress=False,
+                                  budget_hint=budget_hint, timer=target.timer, cache_dir=target.cache_dir)
+        plan = self._search.plan
+        specs = []
+        for t in plan.inputs:
+            dtype = _storage(t.dtype, half)
+            if t.dtype == "int32":
+                low, high = ranges.get(t.name, DEFAULT_RANGE)
+                specs.append(TensorArg(t.shape, dtype, init="randint", low=low, high=high))
+            else:
+                specs.append(TensorArg(t.shape, dtype))
+        self._search.input_specs = specs
+
+    @property
+    def flops(self) -> float:
+        plan = self._search.plan
+        return float(getattr(plan, "flops", 0) or 0)
+
+    def recorded(self) -> Any:
+        return self._search.recorded()
+
+    def tune(self, trials: int) -> list[Any]:
+        if self._search._runner is None:
+            runner, compiler = self.target.shared(self._search.task)
+            self._search._runner, self._search._shared_runner = runner, True
+            self._search._compiler = compiler
+        return self._search.tune(trials)
+
+    def finish(self) -> Any:
+        if self._search._tuner is None:
+            return self.recorded()
+        return self._search.finish(confirm=True)
+
+    def step(self, built: Any, root: int, reads: tuple[int, ...], name: str) -> KernelStep:
+        names = [t.name for t in built.plan.inputs]
+        index = [int(n[2:]) for n in names]
+        launch = built._module.launch
+
+        def run(inputs: list[Any], out: Any) -> None:
+            launch(*[inputs[k] for k in index], out)
+        return KernelStep(name, root, reads, run)
+
+    def close(self) -> None:
+        if self._search._builder is not None:
+            self._search._builder.close()
+
+
+def _storage(dtype: str, half: str) -> str:
+    return half if dtype == "float16" else dtype
+
+
+def reference_step(kernel: KernelGraph, name: str) -> KernelStep:
+    """A kernel evaluated by the torch reference (a graph no kernel pattern takes)."""
+    from ..backends.triton.reference import evaluate
+    names = [t.name for t in kernel.placeholders]
+
+    def run(inputs: list[Any], out: Any) -> None:
+        value = evaluate(kernel.output, {n: x.reshape(t.shape) for n, x, t in zip(names, inputs, kernel.placeholders)})
+        out.copy_(value.reshape(out.shape).to(out.dtype))
+    return KernelStep(name, kernel.spec.root, kernel.spec.inputs, run, kind="reference")
+
+
+def make_target(target: str, **options: Any) -> CpuTarget | CudaTarget:
+    if target in ("cpu", "c", "llvm"):
+        return CpuTarget(**options)
+    if target in ("cuda", "gpu"):
+        return CudaTarget(**options)
+    raise ValueError(f"unknown target {target!r}; tensortune compiles models for 'cpu' and 'cuda'")
+
+
+_ = os
