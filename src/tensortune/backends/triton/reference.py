@@ -2,7 +2,7 @@
 
 Candidates are checked where they run, on the device's tensors, against the same
 expressions evaluated stage by stage with torch in float32 (float16 and bfloat16
-inputs widened; explicit casts still round). A stage whose body is a sum of a product
+inputs widened; explicit casts to either still round). A stage whose body is a sum of a product
 of two factors is a contraction: each factor is materialised over its own axes and
 multiplied with `torch.einsum` (TF32 off), so a 4096^3 matmul or an implicit-GEMM
 convolution costs one library call; every other stage is evaluated over its index grid
@@ -175,8 +175,8 @@ class _Eval:
             v = torch.as_tensor(self.go(x.value))
             if x.dtype == "int32":
                 return torch.trunc(v).long() if v.dtype.is_floating_point else v.long()
-            if x.dtype == "float16":
-                return v.to(torch.float16).float()
+            if x.dtype in ("float16", "bfloat16"):
+                return v.to(getattr(torch, x.dtype)).float()
             return v.float()
         raise TEError(f"cannot evaluate {x!r}")
 
