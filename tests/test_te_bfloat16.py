@@ -10,7 +10,9 @@ import pytest
 from tensortune import te
 from tensortune.autoschedule import autoschedule
 from tensortune.autoschedule.features import program_features
-from tensortune.measure import Timer, WrongResult, check_close
+from tensortune.backends import CCompiler, CRunner
+from tensortune.measure import BuildResult, ErrorKind, Timer, WrongResult, check_close
+from tensortune.space import Config
 from tensortune.te import workloads as W
 from tensortune.te.build import default_tolerance
 from tensortune.te.dtype import TEError, bfloat16
@@ -143,6 +145,22 @@ def test_c_kernels_on_bfloat16_match_the_interpreter(name):
     s = schedule(w) if schedule else te.create_schedule(w.outputs)
     kernel = check_against_interpreter(w, s)
     assert "uint16_t* restrict" in kernel.source
+
+
+def test_checked_runs_in_an_isolated_worker_draw_bfloat16_inputs_and_catch_wrong_kernels(tmp_path):
+    w = W.softmax(7, 37, "bfloat16")
+    cc = CCompiler(cache_dir=tmp_path)
+    kernel = te.build(te.create_schedule(w.outputs), list(w.args), compiler=cc)
+    problem = kernel.problem()
+    assert (problem.rtol, problem.atol) == (2e-2, 2e-2)
+    assert np.unique(problem.inputs(1)["X"].astype(np.float32)).size > 200  # normal draws, not small integers
+    wrong = cc.compile(kernel.source.replace("expf(", "exp2f("), {}, kernel.flags)
+    runner = CRunner(problem, FAST_TIMER)
+    try:
+        good, bad = runner.run([BuildResult(Config(v=0), str(kernel.library)), BuildResult(Config(v=1), str(wrong))])
+    finally:
+        runner.close()
+    assert good.ok and bad.error is ErrorKind.WRONG_RESULT
 
 
 def test_a_long_sum_into_a_bfloat16_output_accumulates_in_float32():
