@@ -176,7 +176,7 @@ def test_a_long_sum_into_a_bfloat16_output_accumulates_in_float32():
     stepwise = np.zeros(3, BF16)
     for k in range(4096):
         stepwise = (stepwise.astype(np.float32) + x[:, k].astype(np.float32) ** 2).astype(BF16)
-    assert np.abs(stepwise.astype(np.float64) / exact - 1).max() > 0.1  # what the float32 accumulator avoids
+    assert (stepwise.astype(np.float64) / exact < 0.6).all()  # stuck near 2048: what float32 accumulation avoids
     np.testing.assert_allclose(kernel(x).astype(np.float64), exact, rtol=8e-3)
 
 
