@@ -144,11 +144,9 @@ class _CodeGen:
             self.lines.append(f"  free({self.names[b]});")
         self.lines.append("  return 0;")
         self.lines.append("}")
-        uses_bf16 = any(isinstance(b, Buffer) and b.dtype == "bfloat16" for b in self.names) or any(
-            isinstance(e, Cast) and e.dtype == "bfloat16" for st in walk_stmts(self.func.body)
-            if isinstance(st, Store) for e in walk(st.value))
-        prelude = _PRELUDE + _BF16_PRELUDE if uses_bf16 else _PRELUDE
-        return prelude + "\n" + "\n".join(self.lines) + "\n"
+        body = "\n".join(self.lines)
+        prelude = _PRELUDE + _BF16_PRELUDE if "uint16_t" in body or "tt_bf16" in body else _PRELUDE
+        return prelude + "\n" + body + "\n"
 
     def storage(self, b: Buffer) -> str:
         """The C element type of a buffer (bfloat16 temporaries hold float)."""
