@@ -62,7 +62,9 @@ static inline void* tt_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 6
 # even by adding 0x7fff plus the lowest kept bit (a carry into the exponent gives infinity
 # past the largest finite value), and keeps NaNs NaN by setting the quiet bit instead.
 _BF16_PRELUDE = r"""#include <stdint.h>
-static inline float tt_bf16_to_float(uint16_t h) { union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f; }
+static inline float tt_bf16_to_float(uint16_t h) {
+  union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
+}
 static inline uint16_t tt_float_to_bf16(float f) {
   union { float f; uint32_t u; } v; v.f = f;
   uint32_t rounded = v.u + 0x7fffu + ((v.u >> 16) & 1u);

@@ -60,7 +60,7 @@ class Kernel:
         else:
             raise TEError(f"kernel takes its {len(self.inputs)} inputs ({', '.join(t.name for t in self.inputs)}) "
                           f"or all {len(self.args)} arguments, got {len(arrays)} arrays")
-        as_torch = bool(arrays) and all(is_torch_tensor(a) for a in arrays)  # then allocated outputs are torch tensors too
+        as_torch = bool(arrays) and all(is_torch_tensor(a) for a in arrays)  # allocated outputs follow
         given = {name: as_numpy(a, f"argument {name!r}") for name, a in zip(names, arrays)}
         for t in self.outputs:
             if t.name not in given:
@@ -82,8 +82,8 @@ class Kernel:
         if self._fn(*ptrs) != 0:
             raise MemoryError(f"kernel {self.func.name!r} could not allocate its temporaries")
         passed = dict(zip(names, arrays))
-        outs = tuple(passed[t.name] if t.name in passed else to_torch(given[t.name]) if as_torch else given[t.name]
-                     for t in self.outputs)
+        outs = tuple(passed[t.name] if t.name in passed  # written in place: returned as given
+                     else to_torch(given[t.name]) if as_torch else given[t.name] for t in self.outputs)
         return outs[0] if len(outs) == 1 else outs
 
     def problem(self, rtol: float | None = None, atol: float | None = None) -> Any:

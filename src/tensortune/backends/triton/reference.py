@@ -2,7 +2,7 @@
 
 Candidates are checked where they run, on the device's tensors, against the same
 expressions evaluated stage by stage with torch in float32 (float16 and bfloat16
-inputs widened; explicit casts to either still round). A stage whose body is a sum of a product
+inputs widened; explicit casts still round). A stage whose body is a sum of a product
 of two factors is a contraction: each factor is materialised over its own axes and
 multiplied with `torch.einsum` (TF32 off), so a 4096^3 matmul or an implicit-GEMM
 convolution costs one library call; every other stage is evaluated over its index grid
