@@ -67,6 +67,29 @@ def matvec(m, k):
     return te.compute((m,), lambda i: te.sum(A[i, r] * x[r], axis=r), name="y")
 
 
+def mixed_matmul(m, n, k):
+    """float16 times bfloat16, accumulated in float32, a bfloat16 bias, a float16 output."""
+    A = te.placeholder((m, k), "float16", "A")
+    B = te.placeholder((k, n), "bfloat16", "B")
+    bias = te.placeholder((n,), "bfloat16", "bias")
+    r = te.reduce_axis(k, "r")
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r].astype("float32") * B[r, j].astype("float32"), axis=r),
+                   name="C")
+    return te.compute((m, n), lambda i, j: te.cast(C[i, j] + bias[j].astype("float32"), "float16"), name="D")
+
+
+def mixed_rms_norm(rows, cols):
+    """A bfloat16 activation, float16 weights, a float16 output; the sum in float32."""
+    X = te.placeholder((rows, cols), "bfloat16", "X")
+    w = te.placeholder((cols,), "float16", "w")
+    k = te.reduce_axis(cols, "k")
+    ss = te.compute((rows,), lambda i: te.sum(X[i, k].astype("float32") * X[i, k].astype("float32"), axis=k),
+                    name="ss")
+    return te.compute((rows, cols), lambda i, j: te.cast(
+        X[i, j].astype("float32") / te.sqrt(ss[i] / float(cols) + 1e-6) * w[j].astype("float32"), "float16"),
+        name="rms")
+
+
 CASES = [
     ("matmul", lambda: workloads.matmul(40, 24, 48, "float16").output, {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
     ("matmul-grouped", lambda: workloads.matmul(64, 64, 32, "float16").output,
@@ -110,6 +133,16 @@ CASES = [
     ("rms-norm", lambda: rms_norm(5, 32), {"BLOCK_R": 2, "BLOCK_C": 32}),
     ("matvec", lambda: matvec(12, 40), {"BLOCK_R": 4, "BLOCK_C": 16}),
     ("transpose", lambda: workloads.transpose(6, 40, "float16").output, {"BLOCK": 64}),
+    ("matmul-bf16", lambda: workloads.matmul(40, 24, 48, "bfloat16").output, {"BLOCK_M": 16, "BLOCK_N": 16,
+                                                                              "BLOCK_K": 16}),
+    ("matmul-bias-relu-bf16-splitk", lambda: workloads.matmul_bias_relu(20, 24, 200, "bfloat16").output,
+     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "SPLIT_K": 2}),
+    ("conv2d-bf16-relayout", lambda: workloads.conv2d_nchw(2, 20, 5, 5, 6, 3, 3, 1, 1, "bfloat16").output,
+     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "RELAYOUT": True}),
+    ("softmax-bf16", lambda: workloads.softmax(6, 40, "bfloat16").output, {"BLOCK_R": 2, "BLOCK_C": 64}),
+    ("mixed-matmul", lambda: mixed_matmul(24, 16, 32), {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+    ("mixed-rms-norm", lambda: mixed_rms_norm(5, 48), {"BLOCK_R": 2, "BLOCK_C": 16}),
+    ("transpose-bf16", lambda: workloads.transpose(6, 40, "bfloat16").output, {"BLOCK": 64}),
 ]
 
 
@@ -120,9 +153,60 @@ def test_generated_kernel_matches_numpy_interpreter(name, make, config, interpre
 
 
 def test_bfloat16_storage(interpreter, tmp_path):
+    """A float16 graph with half="bfloat16" still means bfloat16 storage."""
     err = interpreter.call(relative_error, workloads.matmul_bias_relu(24, 16, 32, "float16").output,
                            {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}, half="bfloat16", directory=str(tmp_path))
     assert err < 3e-2
+
+
+def test_bfloat16_tensors_are_stored_and_multiplied_as_bfloat16():
+    config = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+    plan = analyze(workloads.matmul(32, 16, 48, "bfloat16").output)
+    src = generate(plan, config, GenOptions())
+    assert src.dtypes == ("bfloat16", "bfloat16", "bfloat16")
+    assert "acc = tl.dot(ta0, tb0, acc)" in src.text  # bfloat16 tiles straight from memory
+    assert ".to(tl.bfloat16)" in src.text  # the store rounds the float32 accumulator
+    interpreted = generate(plan, config, GenOptions(interpret=True)).text
+    assert "tl.float32)" in interpreted.split("tl.dot")[0]  # the interpreter's operands are widened
+    # the old way: a float16 graph with half="bfloat16" gives the same kernel arguments
+    old = generate(analyze(workloads.matmul(32, 16, 48, "float16").output), config, GenOptions(half="bfloat16"))
+    assert old.dtypes == src.dtypes and "acc = tl.dot(ta0, tb0, acc)" in old.text
+    # a mixed graph keeps each tensor's type; half= changes only the float16 ones
+    mixed = mixed_matmul(24, 16, 32)
+    assert generate(analyze(mixed), config, GenOptions()).dtypes == ("float16", "bfloat16", "bfloat16", "float16")
+    assert set(generate(analyze(mixed), config, GenOptions(half="bfloat16")).dtypes) == {"bfloat16"}
+
+
+def kernel_argument_problems(directory):
+    """In the interpreter worker: a CudaKernel built for bfloat16 takes torch.bfloat16 and
+    refuses float16 with a message naming both."""
+    from tensortune.backends.triton import CudaKernel
+    from tensortune.te.dtype import TEError
+
+    kernel = CudaKernel.build(workloads.matmul(16, 16, 32, "bfloat16").output,
+                              {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}, cache_dir=directory)
+    a, b = torch.randn(16, 32, dtype=torch.bfloat16), torch.randn(32, 16, dtype=torch.bfloat16)
+    out = kernel(a, b)
+    err = float((out.float() - a.float() @ b.float()).abs().max() / (a.float() @ b.float()).abs().max())
+    problems = []
+    for bad in ((a.half(), b), (a, b.float())):
+        try:
+            kernel(*bad)
+        except TEError as exc:
+            problems.append(str(exc))
+    try:
+        kernel(a, b, out=torch.empty(16, 16, dtype=torch.float16))
+    except TEError as exc:
+        problems.append(str(exc))
+    return str(out.dtype), err, problems
+
+
+def test_a_bfloat16_kernel_takes_torch_bfloat16_tensors(interpreter, tmp_path):
+    dtype, err, problems = interpreter.call(kernel_argument_problems, str(tmp_path))
+    assert dtype == "torch.bfloat16" and err < 2e-2
+    assert problems == ["input 'A' is torch.float16; this kernel was built for torch.bfloat16",
+                        "input 'B' is torch.float32; this kernel was built for torch.bfloat16",
+                        "out must be a contiguous torch.bfloat16 tensor of shape (16, 16)"]
 
 
 def test_a_wrong_kernel_is_caught(interpreter, tmp_path):
@@ -180,6 +264,21 @@ def test_torch_reference_matches_numpy_interpreter():
         arrays = {t.name: rng.standard_normal(t.shape).astype("float32") for t in comp.inputs}
         got = torch_evaluate(comp.output, {k: torch.from_numpy(v) for k, v in arrays.items()}).numpy()
         np.testing.assert_allclose(got, te.evaluate(comp.output, arrays), rtol=1e-5, atol=1e-5)
+
+
+def test_torch_reference_rounds_bfloat16_casts_as_the_interpreter_does():
+    for out in (mixed_matmul(6, 5, 7), mixed_rms_norm(3, 10)):
+        rng = np.random.default_rng(4)
+        graph_inputs = analyze(out).inputs
+        tensors = {t.name: torch.from_numpy(rng.standard_normal(t.shape).astype("float32")).to(TORCH[t.dtype])
+                   for t in graph_inputs}
+        got = torch_evaluate(out, tensors).numpy()
+        want = te.evaluate(out, {k: v.float().numpy() for k, v in tensors.items()}, precise=True)
+        np.testing.assert_allclose(got, want.astype("float32"), rtol=1e-3, atol=1e-3)
+    X = te.placeholder((64,), "float32", "X")
+    Y = te.compute((64,), lambda i: X[i].astype("bfloat16").astype("float32") * 3.0, name="Y")
+    x = torch.randn(64)
+    np.testing.assert_array_equal(torch_evaluate(Y, {"X": x}).numpy(), te.evaluate(Y, {"X": x.numpy()}))
 
 
 def test_sketch_spaces_respect_the_hardware():

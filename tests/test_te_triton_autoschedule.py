@@ -160,3 +160,53 @@ def test_te_autoschedule_hands_its_strategy_to_the_gpu_search(tmp_path):
                           capture_output=True, text=True, env=env, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["random"]
+
+
+def test_bfloat16_candidates_are_checked_against_the_reference(tmp_path):
+    """The GPU runner draws bfloat16 inputs from the specs, checks against the float32
+    reference at bfloat16's tolerance, and still catches a kernel that skips a K block."""
+    out = workloads.matmul(32, 16, 48, "bfloat16").output
+    gen = Generator(analyze(out), GenOptions(interpret=True), str(tmp_path), "bf")
+    good, wrong = Config(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16), Config(BLOCK_M=32, BLOCK_N=16, BLOCK_K=16)
+    builds = list(GeneratedBuilder(gen, compile=False).build([good, wrong]))
+    path = gen.path(wrong)
+    path.write_text(path.read_text().replace("range(0, 3)", "range(0, 2)"))
+    specs = (TensorArg((32, 48), "bfloat16"), TensorArg((48, 16), "bfloat16"),
+             TensorArg((32, 16), "bfloat16", output=True))
+    task = GpuTask(GeneratedLaunch(gen.directory, gen.prefix), specs, reference=TorchReference(out, ("A", "B")),
+                   device="cpu", timer=CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0,
+                                                 min_repeats=1, max_repeats=1, estimate_repeats=1, flush_l2=False))
+    with GpuRunner(task, timeout=120, env={"TRITON_INTERPRET": "1"}) as runner:
+        results = {r.config: r for r in runner.run(builds)}
+    assert results[good].ok
+    assert results[wrong].error is ErrorKind.WRONG_RESULT
+
+
+BF16_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch
+    from tensortune import te
+    from tensortune.te import workloads
+
+    if __name__ == "__main__":
+        db_path, cache = sys.argv[1:3]
+        w = workloads.matmul_bias_relu(24, 16, 40, "bfloat16")
+        kernel = te.autoschedule(w, target="cuda", budget=2, db=db_path, cache_dir=cache, jobs=1, confirm=1,
+                                 progress=False)
+        a, b, bias = (torch.randn(*t.shape, dtype=torch.bfloat16) for t in w.inputs)
+        out = kernel(a, b, bias)
+        want = torch.relu(a.float() @ b.float() + bias.float())
+        print(json.dumps({"dtype": str(out.dtype), "trials": kernel.tuning.trials,
+                          "err": float((out.float() - want).abs().max() / want.abs().max())}))
+""")
+
+
+def test_te_autoschedule_tunes_a_bfloat16_graph_for_cuda(tmp_path):
+    script = tmp_path / "run_bf16.py"
+    script.write_text(BF16_SCRIPT)
+    env = dict(os.environ, TRITON_INTERPRET="1", TENSORTUNE_PROGRESS="0")
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "records.db"), str(tmp_path / "cache")],
+                          capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["dtype"] == "torch.bfloat16" and result["trials"] == 2 and result["err"] < 2e-2

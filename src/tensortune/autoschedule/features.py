@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..te.affine import Affine
-from ..te.expr import Binary, BufferLoad, Call, Expr, Var
+from ..te.dtype import itemsize, stored_dtype
+from ..te.expr import Binary, Buffer, BufferLoad, Call, Expr, Var
 from ..te.ir import Allocate, For, IfThenElse, LoweredFunc, Stmt, Store, stmt_children
 from ..te.visit import walk
 
@@ -72,13 +73,14 @@ class _Access:
 def program_features(func: LoweredFunc, cores: int = 2) -> np.ndarray:
     """The feature vector of a lowered program (length `len(FEATURE_NAMES)`)."""
     stores = list(_stores(func.body, (), ()))
-    blocks = sorted((_store_block(s, loops, guards, cores) for s, loops, guards in stores),
+    args = frozenset(func.args)
+    blocks = sorted((_store_block(s, loops, guards, cores, args) for s, loops, guards in stores),
                     key=lambda b: -b[1])
     out = np.zeros(len(FEATURE_NAMES))
     width = len(BLOCK)
     for k, b in enumerate(blocks[:STORES]):
         out[k * width:(k + 1) * width] = b
-    local = sum(s.buffer.size * _elem_bytes(s.buffer.dtype) for s in _allocations(func.body))
+    local = sum(s.buffer.size * _elem_bytes(s.buffer, args) for s in _allocations(func.body))
     chunks = [f.extent for f in _root_parallel(func.body)]
     par = max(chunks) if chunks else 1
     total_flops = sum(2.0 ** b[1] - 1 for b in blocks)
@@ -115,15 +117,16 @@ def _root_parallel(s: Stmt) -> Iterator[For]:
         yield from _root_parallel(c)
 
 
-def _elem_bytes(dtype: str) -> int:
-    return {"float16": 2, "float64": 8}.get(dtype, 4)
+def _elem_bytes(buffer: Buffer, args: frozenset[Buffer]) -> int:
+    """Bytes per element as the C program stores it (bfloat16 temporaries hold float)."""
+    return itemsize(stored_dtype(buffer.dtype, buffer in args))
 
 
 def _flops(e: Expr) -> int:
     return sum(1 for x in walk(e) if isinstance(x, (Binary, Call)) and x.dtype not in ("int32", "bool"))
 
 
-def _access(buffer, indices, is_store: bool) -> _Access:
+def _access(buffer, indices, is_store: bool, args: frozenset[Buffer]) -> _Access:
     coef: dict[Var, int] = {}
     opaque: set[Var] = set()
     stride = 1
@@ -134,7 +137,7 @@ def _access(buffer, indices, is_store: bool) -> _Access:
             else:
                 opaque |= {v for v in walk(atom) if isinstance(v, Var)}
         stride *= n
-    return _Access(_elem_bytes(buffer.dtype), coef, opaque, is_store, buffer.scope == "local")
+    return _Access(_elem_bytes(buffer, args), coef, opaque, is_store, buffer.scope == "local")
 
 
 def _touched(a: _Access, loops: tuple[For, ...]) -> float:
@@ -151,10 +154,11 @@ def _touched(a: _Access, loops: tuple[For, ...]) -> float:
     return min(count, span)
 
 
-def _store_block(s: Store, loops: tuple[For, ...], guards: tuple[int, ...], cores: int) -> list[float]:
-    accesses = [_access(s.buffer, s.indices, True)]
+def _store_block(s: Store, loops: tuple[For, ...], guards: tuple[int, ...], cores: int,
+                 args: frozenset[Buffer]) -> list[float]:
+    accesses = [_access(s.buffer, s.indices, True, args)]
     loads = [x for x in walk(s.value) if isinstance(x, BufferLoad)]
-    accesses += sorted((_access(x.buffer, x.indices, False) for x in loads),
+    accesses += sorted((_access(x.buffer, x.indices, False, args) for x in loads),
                        key=lambda a: -_touched(a, loops) * a.bytes_per_elem)
     flops_per_iter = max(1, _flops(s.value))
     iters = math.prod(f.extent for f in loops) if loops else 1

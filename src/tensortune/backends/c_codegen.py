@@ -5,7 +5,9 @@ Parallel loops become `#pragma omp parallel for`, vectorized loops `#pragma omp 
 handle guarded tails), unrolled loops `#pragma GCC unroll`; local tiles are stack arrays
 that GCC keeps in registers once the loops around them are unrolled and vectorized.
 Arguments are `restrict` pointers; the function returns 0, or 1 if a temporary could
-not be allocated.
+not be allocated. bfloat16 arguments are their 16 bits (`uint16_t`); bfloat16 values are
+computed in float, rounded to nearest even when stored to an argument or cast, and
+temporaries and local tiles of bfloat16 tensors hold float (`te.dtype.stored_dtype`).
 
 Example:
     >>> from tensortune import te
@@ -23,7 +25,7 @@ from __future__ import annotations
 import re
 
 from ..te.affine import Range, interval
-from ..te.dtype import c_type, is_float
+from ..te.dtype import c_type, is_float, itemsize, stored_dtype
 from ..te.expr import (Binary, Buffer, BufferLoad, Call, Cast, Compare, Const, Expr, Logical, Not, Select, Var,
                        const)
 from ..te.ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, walk_stmts
@@ -56,6 +58,21 @@ static inline int tt_min_int(int a, int b) { return a < b ? a : b; }
 static inline void* tt_alloc(size_t bytes) { return aligned_alloc(64, (bytes + 63) / 64 * 64); }
 """
 
+# bfloat16 is the upper half of a float: widening is a shift; narrowing rounds to nearest
+# even by adding 0x7fff plus the lowest kept bit (a carry into the exponent gives infinity
+# past the largest finite value), and keeps NaNs NaN by setting the quiet bit instead.
+_BF16_PRELUDE = r"""#include <stdint.h>
+static inline float tt_bf16_to_float(uint16_t h) {
+  union { uint32_t u; float f; } v; v.u = (uint32_t)h << 16; return v.f;
+}
+static inline uint16_t tt_float_to_bf16(float f) {
+  union { float f; uint32_t u; } v; v.f = f;
+  uint32_t rounded = v.u + 0x7fffu + ((v.u >> 16) & 1u);
+  return (uint16_t)((((v.u & 0x7fffffffu) > 0x7f800000u) ? (v.u | 0x00400000u) : rounded) >> 16);
+}
+static inline float tt_bf16_round(float f) { return tt_bf16_to_float(tt_float_to_bf16(f)); }
+"""
+
 _F32 = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "abs": "fabsf", "erf": "erff", "cos": "cosf",
         "sin": "sinf"}
 _F64 = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "abs": "fabs", "erf": "erf", "cos": "cos", "sin": "sin"}
@@ -80,6 +97,7 @@ class _CodeGen:
         self.taken = set(_C_KEYWORDS) | {func.name}
         self.ranges: dict[Expr, Range] = {}
         self.lines: list[str] = []
+        self.arguments = set(func.args)
         loops = [s for s in walk_stmts(func.body) if isinstance(s, For)]
         short: dict[str, set[str]] = {}
         for f in loops:
@@ -110,7 +128,7 @@ class _CodeGen:
         params = []
         for b in self.func.args:
             const_ = "" if b.name in written else "const "
-            params.append(f"{const_}{c_type(b.dtype)}* restrict {self.names[b]}")
+            params.append(f"{const_}{self.storage(b)}* restrict {self.names[b]}")
         self.lines.append(f"int {self.func.name}({', '.join(params)}) {{")
         heap: list[Buffer] = []
         body = self.func.body
@@ -118,7 +136,7 @@ class _CodeGen:
             heap.append(body.buffer)
             body = body.body
         for b in heap:
-            t = c_type(b.dtype)
+            t = self.storage(b)
             self.lines.append(f"  {t}* restrict {self.names[b]} = ({t}*)tt_alloc({b.size}ul * sizeof({t}));")
         if heap:
             cond = " || ".join(f"!{self.names[b]}" for b in heap)
@@ -129,7 +147,16 @@ class _CodeGen:
             self.lines.append(f"  free({self.names[b]});")
         self.lines.append("  return 0;")
         self.lines.append("}")
-        return _PRELUDE + "\n" + "\n".join(self.lines) + "\n"
+        body = "\n".join(self.lines)
+        prelude = _PRELUDE + _BF16_PRELUDE if "uint16_t" in body or "tt_bf16" in body else _PRELUDE
+        return prelude + "\n" + body + "\n"
+
+    def storage(self, b: Buffer) -> str:
+        """The C element type of a buffer (bfloat16 temporaries hold float)."""
+        return c_type(stored_dtype(b.dtype, b in self.arguments))
+
+    def is_bf16(self, b: Buffer) -> bool:
+        return stored_dtype(b.dtype, b in self.arguments) == "bfloat16"
 
     # -- statements --
 
@@ -155,7 +182,10 @@ class _CodeGen:
             self.stmt(s.then, depth + 1)
             self.lines.append(f"{pad}}}")
         elif isinstance(s, Store):
-            self.lines.append(f"{pad}{self.access(s.buffer, s.indices)} = {self.expr(s.value)};")
+            value = self.expr(s.value)
+            if self.is_bf16(s.buffer):
+                value = f"tt_float_to_bf16({value})"
+            self.lines.append(f"{pad}{self.access(s.buffer, s.indices)} = {value};")
         elif isinstance(s, Allocate):
             self.allocate(s, depth)
         else:
@@ -163,8 +193,8 @@ class _CodeGen:
 
     def allocate(self, s: Allocate, depth: int) -> None:
         pad = "  " * depth
-        b, name, t = s.buffer, self.names[s.buffer], c_type(s.buffer.dtype)
-        bytes_ = b.size * (2 if b.dtype == "float16" else 8 if b.dtype == "float64" else 4)
+        b, name, t = s.buffer, self.names[s.buffer], self.storage(s.buffer)
+        bytes_ = b.size * itemsize(stored_dtype(b.dtype, b in self.arguments))
         self.lines.append(f"{pad}{{")
         if bytes_ <= STACK_LIMIT:
             self.lines.append(f"{pad}  {t} {name}[{b.size}] __attribute__((aligned(64)));")
@@ -192,11 +222,12 @@ class _CodeGen:
         if isinstance(e, Var):
             return self.names.get(e) or re.sub(r"\W", "_", e.name)
         if isinstance(e, BufferLoad):
-            return self.access(e.buffer, e.indices)
+            load = self.access(e.buffer, e.indices)
+            return f"tt_bf16_to_float({load})" if self.is_bf16(e.buffer) else load
         if isinstance(e, Binary):
             a, b = self.expr(e.a), self.expr(e.b)
             if e.op in ("min", "max"):
-                return f"tt_{e.op}_{c_type(e.dtype) if e.dtype != 'float16' else 'float'}({a}, {b})"
+                return f"tt_{e.op}_{_value_type(e.dtype) if e.dtype != 'float16' else 'float'}({a}, {b})"
             if e.op in ("floordiv", "mod"):
                 if self._nonneg(e.a) and isinstance(e.b, Const) and int(e.b.value) > 0:
                     return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"
@@ -215,6 +246,8 @@ class _CodeGen:
         if isinstance(e, Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.then)} : {self.expr(e.other)})"
         if isinstance(e, Cast):
+            if e.dtype == "bfloat16":
+                return f"tt_bf16_round((float){self.expr(e.value)})"
             return f"(({c_type(e.dtype)}){self.expr(e.value)})"
         if isinstance(e, Call):
             return self.call(e)
@@ -237,6 +270,11 @@ class _CodeGen:
     def _nonneg(self, e: Expr) -> bool:
         r = interval(e, self.ranges)
         return r is not None and r[0] >= 0
+
+
+def _value_type(dtype: str) -> str:
+    """The C type expressions of `dtype` are computed in."""
+    return "float" if dtype == "bfloat16" else c_type(dtype)
 
 
 def _literal(c: Const) -> str:

@@ -24,6 +24,7 @@ import numpy as np
 from ..measure import (BuildResult, CandidateError, IsolatedWorker, MeasureResult, ProcessPoolBuilder,
                        Timer, check_close, failed_build, worker_state)
 from ..space import Config
+from ..te.dtype import is_float_array, numpy_dtype
 from .c_compiler import CCompiler, load_function
 
 
@@ -37,8 +38,8 @@ class ArrayArg:
     role: str = "in"
 
     def random(self, rng: np.random.Generator) -> np.ndarray:
-        dt = np.dtype(self.dtype)
-        if dt.kind == "f":
+        dt = numpy_dtype(self.dtype)
+        if is_float_array(dt):
             return rng.standard_normal(self.shape).astype(dt)
         return rng.integers(-8, 8, self.shape).astype(dt)
 

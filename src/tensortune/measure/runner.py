@@ -41,11 +41,13 @@ def check_close(actual: Any, expected: Any, rtol: float | None = None, atol: flo
     if a.shape != e.shape:
         raise WrongResult(f"shape {a.shape} != expected {e.shape}")
     if rtol is None or atol is None:
-        tol = {np.dtype(np.float16): 1e-2, np.dtype(np.float32): 1e-4}.get(a.dtype, 1e-7)
+        tol = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-4}.get(a.dtype.name, 1e-7)
         if a.dtype.kind in "iub":
             tol = 0.0
         rtol = tol if rtol is None else rtol
         atol = tol if atol is None else atol
+    # bfloat16 arrays (ml_dtypes) are compared in float32: NumPy has no bfloat16 arithmetic
+    a, e = (x.astype(np.float32) if x.dtype.name == "bfloat16" else x for x in (a, e))
     if not np.all(np.isfinite(a[np.isfinite(e)])):
         raise WrongResult("result has NaN or infinity where the reference is finite")
     scale = float(np.max(np.abs(e))) if e.size else 0.0

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .affine import Affine
-from .dtype import is_float, itemsize
-from .expr import Binary, BufferLoad, Call, Cast, Compare, Expr, Logical, Not, Select, Var, const
+from .dtype import is_float, itemsize, stored_dtype
+from .expr import Binary, Buffer, BufferLoad, Call, Cast, Compare, Expr, Logical, Not, Select, Var, const
 from .ir import For, IfThenElse, LoweredFunc, Stmt, Store, stmt_children
 from .visit import children, walk
 
@@ -47,6 +47,7 @@ class AccessInfo:
     is_write: bool
     strides: tuple[int | None, ...]  # elements moved per step of each enclosing loop; None: not affine
     buffer_elements: int
+    itemsize: int  # bytes per element as stored (bfloat16 temporaries hold float32: te.dtype.stored_dtype)
 
     def footprint(self, loops: tuple[LoopInfo, ...], level: int) -> int:
         """Distinct elements touched by the loops at `level` and inside (an upper bound for
@@ -58,7 +59,7 @@ class AccessInfo:
         return min(n, self.buffer_elements)
 
     def bytes(self, loops: tuple[LoopInfo, ...], level: int) -> int:
-        return self.footprint(loops, level) * itemsize(self.dtype)
+        return self.footprint(loops, level) * self.itemsize
 
 
 @dataclass(frozen=True)
@@ -84,32 +85,32 @@ def loop_nest_info(program: Any) -> list[StoreInfo]:
     """One record per store of a schedule (or of a `LoweredFunc`), in program order."""
     func: LoweredFunc = program if isinstance(program, LoweredFunc) else program.lower()
     out: list[StoreInfo] = []
-    _visit(func.body, (), False, out)
+    _visit(func.body, (), False, out, frozenset(func.args))
     return out
 
 
-def _visit(s: Stmt, loops: tuple[For, ...], guarded: bool, out: list[StoreInfo]) -> None:
+def _visit(s: Stmt, loops: tuple[For, ...], guarded: bool, out: list[StoreInfo], args: frozenset[Buffer]) -> None:
     if isinstance(s, Store):
-        out.append(_store_info(s, loops, guarded))
+        out.append(_store_info(s, loops, guarded, args))
         return
     inner = loops + (s,) if isinstance(s, For) else loops
     for c in stmt_children(s):
-        _visit(c, inner, guarded or isinstance(s, IfThenElse), out)
+        _visit(c, inner, guarded or isinstance(s, IfThenElse), out, args)
 
 
-def _store_info(s: Store, loops: tuple[For, ...], guarded: bool) -> StoreInfo:
+def _store_info(s: Store, loops: tuple[For, ...], guarded: bool, args: frozenset[Buffer]) -> StoreInfo:
     infos = tuple(LoopInfo(f.loop, f.stage, f.extent, f.kind, f.axis_kind) for f in loops)
     loop_vars = [f.var for f in loops]
-    accesses = [_access(s.buffer.name, s.buffer.scope, s.buffer.dtype, s.buffer.shape, s.indices, True, loop_vars)]
+    accesses = [_access(s.buffer, s.indices, True, loop_vars, args)]
     for x in walk(s.value):
         if isinstance(x, BufferLoad):
-            b = x.buffer
-            accesses.append(_access(b.name, b.scope, b.dtype, b.shape, x.indices, False, loop_vars))
+            accesses.append(_access(x.buffer, x.indices, False, loop_vars, args))
     return StoreInfo(s.stage, s.role, infos, tuple(accesses), dict(_ops(s.value)), guarded)
 
 
-def _access(name: str, scope: str, dtype: str, shape: tuple[int, ...], indices: tuple[Expr, ...], write: bool,
-            loop_vars: list[Var]) -> AccessInfo:
+def _access(buffer: Buffer, indices: tuple[Expr, ...], write: bool, loop_vars: list[Var],
+            args: frozenset[Buffer]) -> AccessInfo:
+    shape = buffer.shape
     flat: Expr = const(0)
     stride = 1
     for ix, n in zip(reversed(indices), reversed(shape)):
@@ -124,7 +125,8 @@ def _access(name: str, scope: str, dtype: str, shape: tuple[int, ...], indices: 
             strides.append(None)
         else:
             strides.append(coef.get(v, 0))
-    return AccessInfo(name, scope, dtype, write, tuple(strides), math.prod(shape))
+    return AccessInfo(buffer.name, buffer.scope, buffer.dtype, write, tuple(strides), math.prod(shape),
+                      itemsize(stored_dtype(buffer.dtype, buffer in args)))
 
 
 def _values(e: Expr):

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .dtype import TEError, numpy_dtype
+from .arrays import as_numpy, is_torch_tensor, to_torch
+from .dtype import HALF_TYPES, TEError, numpy_dtype
 from .ir import LoweredFunc
 from .schedule import Schedule
 from .tensor import Tensor
@@ -31,7 +32,9 @@ from .tensor import Tensor
 @dataclass(frozen=True)
 class Kernel:
     """A compiled program. Call it with the inputs (outputs are allocated and returned)
-    or with every argument in `args` order (outputs are written in place and returned)."""
+    or with every argument in `args` order (outputs are written in place and returned).
+    Arrays are NumPy arrays (bfloat16: `ml_dtypes.bfloat16`) or torch CPU tensors, used
+    in place; given only torch tensors, it returns torch tensors."""
 
     schedule: Schedule
     args: tuple[Tensor, ...]
@@ -49,21 +52,22 @@ class Kernel:
     def outputs(self) -> tuple[Tensor, ...]:
         return tuple(t for t in self.args if not t.is_placeholder)
 
-    def __call__(self, *arrays: np.ndarray) -> Any:
+    def __call__(self, *arrays: Any) -> Any:
         if len(arrays) == len(self.args):
-            given = dict(zip((t.name for t in self.args), arrays))
+            names = [t.name for t in self.args]
         elif len(arrays) == len(self.inputs):
-            given = dict(zip((t.name for t in self.inputs), arrays))
-            for t in self.outputs:
-                given[t.name] = np.empty(t.shape, numpy_dtype(t.dtype))
+            names = [t.name for t in self.inputs]
         else:
             raise TEError(f"kernel takes its {len(self.inputs)} inputs ({', '.join(t.name for t in self.inputs)}) "
                           f"or all {len(self.args)} arguments, got {len(arrays)} arrays")
+        as_torch = bool(arrays) and all(is_torch_tensor(a) for a in arrays)  # allocated outputs follow
+        given = {name: as_numpy(a, f"argument {name!r}") for name, a in zip(names, arrays)}
+        for t in self.outputs:
+            if t.name not in given:
+                given[t.name] = np.empty(t.shape, numpy_dtype(t.dtype))
         ptrs = []
         for t in self.args:
             arr = given[t.name]
-            if not isinstance(arr, np.ndarray):
-                raise TEError(f"argument {t.name!r} must be a numpy array, got {type(arr).__name__}")
             if arr.dtype != numpy_dtype(t.dtype) or arr.shape != t.shape:
                 raise TEError(f"argument {t.name!r} must be {t.dtype}{list(t.shape)}, got {arr.dtype}{list(arr.shape)}")
             if not t.is_placeholder:
@@ -77,7 +81,9 @@ class Kernel:
             ptrs.append(arr.ctypes.data)
         if self._fn(*ptrs) != 0:
             raise MemoryError(f"kernel {self.func.name!r} could not allocate its temporaries")
-        outs = tuple(given[t.name] for t in self.outputs)
+        passed = dict(zip(names, arrays))
+        outs = tuple(passed[t.name] if t.name in passed  # written in place: returned as given
+                     else to_torch(given[t.name]) if as_torch else given[t.name] for t in self.outputs)
         return outs[0] if len(outs) == 1 else outs
 
     def problem(self, rtol: float | None = None, atol: float | None = None) -> Any:
@@ -92,10 +98,12 @@ class Kernel:
 
 
 def default_tolerance(args: Sequence[Tensor]) -> float | None:
-    """Float32 programs with reductions get 1e-3 (summation order differs); else None."""
+    """Programs with float16 or bfloat16 arguments get 2e-2 (their outputs round to 11 and
+    8 significant bits); float32 programs with reductions 1e-3 (summation order differs);
+    else None."""
     from .tensor import graph
     tensors = graph([t for t in args if not t.is_placeholder])
-    if any(t.dtype == "float16" for t in args):
+    if any(t.dtype in HALF_TYPES for t in args):
         return 2e-2
     if any(t.op is not None and t.op.reduce_axes for t in tensors) and any(t.dtype == "float32" for t in args):
         return 1e-3

@@ -1,7 +1,9 @@
 """A NumPy interpreter of expression trees: the reference every compiled kernel is checked
 against. Floats are evaluated in float64 by default (`precise=True`) and rounded to the
-declared dtype at the end; the index space is swept in chunks to bound memory, and
-plain contractions go through `np.einsum`.
+declared dtype at the end (explicit casts to float16 or bfloat16 round where they stand,
+as compiled kernels do); the index space is swept in chunks to bound memory, and plain
+contractions go through `np.einsum`. Inputs are NumPy arrays (bfloat16 ones of
+`ml_dtypes.bfloat16`) or torch CPU tensors.
 
 Example:
     >>> import numpy as np
@@ -21,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .dtype import TEError, is_float, numpy_dtype
+from .arrays import as_numpy, is_torch_tensor
+from .dtype import HALF_TYPES, TEError, is_float, is_float_array, numpy_dtype
 from .expr import Binary, Call, Cast, Compare, Const, Expr, IterVar, Logical, Not, Reduce, Select, TensorRead
 from .tensor import Tensor, graph
 
@@ -52,7 +55,8 @@ def evaluate_all(outputs: Sequence[Tensor], inputs: Mapping[Any, np.ndarray], pr
         if t.is_placeholder:
             if t.name not in by_name:
                 raise TEError(f"no value given for input {t.name!r}")
-            arr = np.asarray(by_name[t.name])
+            given = by_name[t.name]
+            arr = as_numpy(given, f"input {t.name!r}") if is_torch_tensor(given) else np.asarray(given)
             if arr.shape != t.shape:
                 raise TEError(f"input {t.name!r} has shape {arr.shape}, expected {t.shape}")
             values[t.name] = arr.astype(_work(t.dtype, precise))
@@ -62,8 +66,8 @@ def evaluate_all(outputs: Sequence[Tensor], inputs: Mapping[Any, np.ndarray], pr
 
 
 def _work(dtype: str, precise: bool) -> np.dtype:
-    if is_float(dtype):
-        return np.dtype(np.float64) if precise else numpy_dtype(dtype)
+    if is_float(dtype):  # (NumPy has no bfloat16 arithmetic: float32 stands in for it)
+        return np.dtype(np.float64) if precise else numpy_dtype("float32" if dtype == "bfloat16" else dtype)
     return np.dtype(np.int64) if dtype == "int32" else numpy_dtype(dtype)
 
 
@@ -145,7 +149,11 @@ class _Eval:
             v = self.go(x.value)
             if x.dtype == "int32":
                 with np.errstate(all="ignore"):
-                    return np.trunc(v).astype(np.int64) if np.asarray(v).dtype.kind == "f" else v.astype(np.int64)
+                    return (np.trunc(v).astype(np.int64) if is_float_array(np.asarray(v).dtype)
+                            else v.astype(np.int64))
+            if x.dtype in HALF_TYPES:  # rounds to the narrow type, computes on in the working precision
+                with np.errstate(all="ignore"):
+                    v = np.asarray(v).astype(numpy_dtype(x.dtype))
             return np.asarray(v).astype(_work(x.dtype, self.precise))
         raise TEError(f"cannot evaluate {x!r}")
 

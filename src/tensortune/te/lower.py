@@ -4,7 +4,10 @@ Each stage becomes a loop nest over its leaf loops; a stage computed at a loop o
 consumer is emitted (with its buffer) at the start of that loop's body; reductions get
 an initialization nest just before their first reduction loop; non-dividing splits and
 regions that may leave the tensor are guarded by conditions placed at the innermost
-loop they depend on.
+loop they depend on. A sum written straight into a bfloat16 output accumulates in a
+float32 root buffer (`C.acc`) that a last nest rounds into the output, so every
+bfloat16 sum accumulates in float32 (temporaries and tiles are float32 already:
+`te.dtype.stored_dtype`).
 
 Example:
     >>> from tensortune import te
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING
 from .affine import Affine
 from .bound import root_values
 from .dtype import TEError
-from .expr import Binary, Buffer, BufferLoad, Expr, Logical, Reduce, TensorRead, compare
+from .expr import Binary, Buffer, BufferLoad, Expr, Logical, Reduce, TensorRead, Var, compare
 from .ir import Allocate, For, IfThenElse, LoweredFunc, Stmt, Store, seq
 from .state import StageState
 from .tensor import Tensor
@@ -70,6 +73,8 @@ class _Lowering:
                 self.bases[st.name] = b.base
                 if perm is not None:
                     self.perms[st.name] = perm
+        self.accumulators = {st.name: Buffer(f"{st.name}.acc", st.tensor.shape, "float32")
+                             for st in self.stages if _needs_accumulator(st)}
         self.attached: dict[tuple[str, str], list[StageState]] = {}
         for st in self.stages:
             if st.attach is not None:
@@ -81,6 +86,8 @@ class _Lowering:
             buf = self.buffers[st.name]
             if st.attach is None and buf.scope == "global" and not st.is_output:
                 body = Allocate(buf, body)
+            if st.name in self.accumulators:
+                body = Allocate(self.accumulators[st.name], body)
         return LoweredFunc(self.name, tuple(self.buffers[t.name] for t in self.args), body)
 
     def load(self, r: TensorRead) -> Expr:
@@ -117,6 +124,8 @@ class _Lowering:
             return self.nest(st, list(range(len(leaves))), guard_at,
                              lambda: Store(buf, index, body, st.name), attach=True, top_guards=guard_at.get(-1, []))
         assert isinstance(body, Reduce)
+        out = buf
+        buf = self.accumulators.get(st.name, buf)
         current = BufferLoad(buf, index)
         update = {"sum": lambda: Binary("add", current, body.source),
                   "max": lambda: Binary("max", current, body.source),
@@ -132,8 +141,9 @@ class _Lowering:
 
         main = self.nest(st, list(range(first, len(leaves))), {k: g for k, g in guard_at.items() if k >= first},
                          lambda: Store(buf, index, update, st.name, "update"), attach=True)
-        return self.nest(st, list(range(first)), outer_guards, lambda: seq([init(), main]), attach=True,
+        nest = self.nest(st, list(range(first)), outer_guards, lambda: seq([init(), main]), attach=True,
                          top_guards=guard_at.get(-1, []))
+        return nest if buf is out else seq([nest, _copy_out(st, buf, out)])
 
     def nest(self, st: StageState, positions: list[int], guard_at: dict[int, list[Expr]],
              make_body: Callable[[], Stmt], attach: bool, top_guards: Sequence[Expr] = ()) -> Stmt:
@@ -153,6 +163,23 @@ class _Lowering:
             return For(st.loop_var(loop), b.extents[loop], kind, inner, st.name, loop, st.kinds[loop])
 
         return _guard(list(top_guards), go(0))
+
+
+def _needs_accumulator(st: StageState) -> bool:
+    return (st.is_output and st.tensor.dtype == "bfloat16" and isinstance(st.body, Reduce)
+            and st.body.combiner == "sum")  # (max and min round alike step by step or at the end)
+
+
+def _copy_out(st: StageState, acc: Buffer, out: Buffer) -> Stmt:
+    """`out = acc` (rounded by the store) over the whole output: the outer loop parallel
+    when the stage runs in parallel, the inner one vectorized."""
+    idx = tuple(Var(f"{st.name}.{a.name}.out") for a in st.axes)
+    body: Stmt = Store(out, idx, BufferLoad(acc, idx), st.name)
+    parallel = "parallel" in st.annotations.values()
+    for d in reversed(range(len(st.axes))):
+        kind = "vectorize" if d == len(st.axes) - 1 else "parallel" if d == 0 and parallel else "serial"
+        body = For(idx[d], st.axes[d].extent, kind, body, st.name, f"{st.axes[d].name}.out", "spatial")
+    return body
 
 
 def _guard(conds: Sequence[Expr], body: Stmt) -> Stmt:

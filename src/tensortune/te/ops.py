@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .dtype import BOOL, TEError, check_dtype, is_float
+import numpy as np
+
+from .dtype import BOOL, HALF_TYPES, TEError, check_dtype, is_float, numpy_dtype
 from .expr import (COMBINERS, Binary, Call, Cast, Compare, Const, Expr, IterVar, Reduce, Select, _as_bool,
                    _operands, as_expr, binary, const, logical)
 
@@ -101,6 +103,8 @@ def cast(value: Any, dtype: str) -> Expr:
     if value.dtype == dtype:
         return value
     if isinstance(value, Const) and value.dtype != BOOL:
+        if dtype in HALF_TYPES:  # a cast rounds, folded or not
+            return const(float(np.asarray(float(value.value)).astype(numpy_dtype(dtype))), dtype)
         return const(int(value.value) if dtype == "int32" else value.value, dtype)
     return Cast(value, dtype)
 

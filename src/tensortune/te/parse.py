@@ -30,7 +30,7 @@ _TOKEN = re.compile(r"\s*(?:(?P<num>\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d
 _REDUCERS = {"+=!": "sum", "max=!": "max", "min=!": "min"}
 _FUNCS = {"exp": ops.exp, "log": ops.log, "sqrt": ops.sqrt, "tanh": ops.tanh, "abs": ops.abs, "erf": ops.erf,
           "sigmoid": ops.sigmoid, "cos": ops.cos, "sin": ops.sin, "max": ops.maximum, "min": ops.minimum}
-_CASTS = ("float16", "float32", "float64", "int32")
+_CASTS = ("float16", "bfloat16", "float32", "float64", "int32")
 
 
 def parse(text: str, dtype: str = "float32", **tensors: Tensor | tuple[int, ...]) -> Tensor:

@@ -159,7 +159,7 @@ class Emitter:
         inner = self.value(e.value, guards)
         if e.dtype == "int32":
             return f"({inner}).to(tl.int32)" if src != "int32" else inner
-        if is_float(e.dtype) or e.dtype == "bfloat16":
+        if is_float(e.dtype):
             if e.dtype in ("float16", "bfloat16"):  # round to the narrow type, compute on in float32
                 return f"({inner}).to({TL_TYPES[e.dtype]}).to(tl.float32)"
             return f"({inner}).to(tl.float32)" if not is_float(src) else inner

@@ -54,7 +54,7 @@ def _underlying(e: Expr, options: GenOptions, storage: Mapping[str, str]) -> str
             x = x.value
     if isinstance(x, TensorRead):
         return storage[x.tensor.name]
-    return options.half if e.dtype == "float16" else "float32"
+    return options.stored(e.dtype) if e.dtype in ("float16", "bfloat16") else "float32"
 
 
 def dot_type(plan: ContractionPlan, options: GenOptions) -> str:

@@ -177,8 +177,8 @@ class _Eval:
             v = torch.as_tensor(self.go(x.value))
             if x.dtype == "int32":
                 return torch.trunc(v).long() if v.dtype.is_floating_point else v.long()
-            if x.dtype == "float16":
-                return v.to(torch.float16).float()
+            if x.dtype in ("float16", "bfloat16"):
+                return v.to(getattr(torch, x.dtype)).float()
             return v.float()
         raise TEError(f"cannot evaluate {x!r}")
 

@@ -42,7 +42,8 @@ class CodegenError(TEError):
 @dataclass(frozen=True)
 class GenOptions:
     """How to generate: `half` is the storage type of the graph's float16 tensors
-    ("float16" or "bfloat16"); `interpret` works around the Triton interpreter (it
+    ("float16" or "bfloat16"; a graph's bfloat16 tensors are bfloat16 either way, so
+    a graph may mix the two); `interpret` works around the Triton interpreter (it
     multiplies bfloat16 `tl.dot` operands wrongly, so they are widened to float32
     there); `allow_tf32` lets float32 contractions use TF32 tensor cores."""
 
@@ -55,7 +56,11 @@ class GenOptions:
             raise TEError(f"half must be 'float16' or 'bfloat16', got {self.half!r}")
 
     def storage(self, t: Tensor) -> str:
-        return self.half if t.dtype == "float16" else t.dtype
+        return self.stored(t.dtype)
+
+    def stored(self, dtype: str) -> str:
+        """The type values of `dtype` are stored (and fed to tl.dot) in."""
+        return self.half if dtype == "float16" else dtype
 
 
 @dataclass(frozen=True)

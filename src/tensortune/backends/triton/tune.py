@@ -272,7 +272,8 @@ def autoschedule_cuda(outputs: Any, *, budget: Budget | int | float | None = 64,
     `outputs`: the output tensor, a `te.workloads` computation, or a function returning
     either (one output).
     `budget`: trials (int), seconds (float) or a `Budget`; `half`: the storage type of
-    the graph's float16 tensors ("float16" or "bfloat16"); `allow_tf32`: float32
+    the graph's float16 tensors ("float16" or "bfloat16"; for bfloat16, prefer bfloat16
+    tensors in the graph); `allow_tf32`: float32
     contractions may use TF32; `timer`: a `CudaTimer` for candidates (default: 50 ms of
     repeats, cold L2); `jobs`: compile processes (default: one per CPU).
     """
