@@ -23,6 +23,7 @@ _LAZY = {
     "create_strategy": "tensortune.search", "tune": "tensortune.frontends.callable",
     "Settings": "tensortune.settings",
     "autotune": "tensortune.frontends.triton",
+    "compile": "tensortune.graph", "CompiledModel": "tensortune.graph", "CompileOptions": "tensortune.graph",
 }
 
 

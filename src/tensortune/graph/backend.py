@@ -1,0 +1,104 @@
+"""`torch.compile(model, backend="tensortune")` and `tensortune.compile(model, example_inputs)`.
+
+The backend receives each graph dynamo captures, compiles it (`compile_graph`: lower,
+cut into kernels, tune them under one budget, check against eager) and returns the
+compiled graph; options come through `torch.compile(..., options={...})` (see
+`CompileOptions`). `tensortune.compile` does the same ahead of time: it captures and
+compiles on the example inputs and returns a callable module, with a `report` of what it
+did. Compiling the same model again builds every kernel from the records database.
+
+Inference only: a graph traced with gradients enabled for inputs that require them runs
+eagerly, with a warning (training would need the backward graph lowered and tuned too:
+aot_autograd's joint graph, kernels for the gradient ops, and saved activations planned
+across the two passes).
+
+Example:
+    >>> import torch, tensortune
+    >>> model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).eval()
+    >>> fast = tensortune.compile(model, [torch.randn(4, 16)], budget=2)  # doctest: +SKIP
+    >>> fast(torch.randn(4, 16)).shape                                     # doctest: +SKIP
+    torch.Size([4, 32])
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .capture import capture_graph
+from .compiler import CompiledGraph, CompileOptions, compile_graph
+from .report import CompileReport
+
+
+def _grad_needed(example_inputs: Sequence[Any]) -> bool:
+    import torch
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
+
+
+def make_backend(options: CompileOptions, reports: list[CompileReport] | None = None) -> Callable[..., Any]:
+    """A dynamo backend compiling every graph with `options` (reports appended to `reports`)."""
+    def backend(gm: Any, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        if _grad_needed(example_inputs):
+            warnings.warn("tensortune compiles inference graphs: this graph was captured with gradients enabled "
+                          "and runs eagerly; call the model under torch.no_grad() or torch.inference_mode()",
+                          stacklevel=2)
+            return gm.forward
+        compiled = compile_graph(capture_graph(gm, example_inputs), options)
+        if reports is not None:
+            reports.append(compiled.report)
+        return compiled
+    return backend
+
+
+def tensortune_backend(gm: Any, example_inputs: Sequence[Any], options: dict[str, Any] | None = None) -> Any:
+    """The backend torch.compile finds as "tensortune" (options: `CompileOptions` fields)."""
+    return make_backend(CompileOptions.of(options))(gm, example_inputs)
+
+
+class CompiledModel:
+    """A model compiled by tensortune: call it like the model (under no_grad)."""
+
+    def __init__(self, model: Any, compiled: Any, reports: list[CompileReport]) -> None:
+        self.model = model
+        self._compiled = compiled
+        self.reports = reports
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import torch
+        with torch.no_grad():
+            return self._compiled(*args, **kwargs)
+
+    @property
+    def report(self) -> CompileReport:
+        """The report of the model's graph (of the first one, when dynamo made several)."""
+        if not self.reports:
+            raise RuntimeError("nothing was compiled yet")
+        return self.reports[0]
+
+    def __repr__(self) -> str:
+        return f"CompiledModel({type(self.model).__name__}, {len(self.reports)} graph(s))"
+
+
+def compile(model: Any, example_inputs: Sequence[Any], *, target: str | None = None,  # noqa: A001
+            budget: int | float | None = None, db: Any = None, example_kwargs: dict[str, Any] | None = None,
+            **options: Any) -> CompiledModel:
+    """Compile `model` for `example_inputs`' shapes now (see the module docstring).
+
+    `target`: "cpu" or "cuda" (default: where the inputs are); `budget`: trials for the
+    whole model (default 32 per kernel to tune), or seconds as a float; `db`: the records
+    database; other options are `CompileOptions` fields (`retune`, `check`, `progress`,
+    `cuda_graphs`, `seed`, `jobs`).
+    """
+    import torch
+    opts = CompileOptions.of(dict(options, target=target, budget=budget, db=db))
+    reports: list[CompileReport] = []
+    compiled = torch.compile(model, backend=make_backend(opts, reports), dynamic=False)
+    with torch.no_grad():
+        compiled(*example_inputs, **(example_kwargs or {}))
+    if not reports:
+        raise RuntimeError("dynamo captured no graph of the model for these inputs")
+    return CompiledModel(model, compiled, reports)
+
+
+_ = CompiledGraph
