@@ -8,6 +8,7 @@ from ..db import DatabaseError
 from .bench_cmd import bench_group
 from .db_cmd import db_group
 from .demo_cmd import demo
+from .model_cmd import model_group
 from .triton_cmd import triton_group
 
 
@@ -38,6 +39,7 @@ cli.add_command(db_group)
 # Subcommand groups of later capabilities register here, one line each.
 cli.add_command(triton_group)
 cli.add_command(bench_group)
+cli.add_command(model_group)
 
 
 def main() -> None:

@@ -36,8 +36,8 @@ def _grad_needed(example_inputs: Sequence[Any]) -> bool:
     return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
 
 
-def make_backend(options: CompileOptions, reports: list[CompileReport] | None = None) -> Callable[..., Any]:
-    """A dynamo backend compiling every graph with `options` (reports appended to `reports`)."""
+def make_backend(options: CompileOptions, graphs: list[CompiledGraph] | None = None) -> Callable[..., Any]:
+    """A dynamo backend compiling every graph with `options` (each appended to `graphs`)."""
     def backend(gm: Any, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         if _grad_needed(example_inputs):
             warnings.warn("tensortune compiles inference graphs: this graph was captured with gradients enabled "
@@ -45,8 +45,8 @@ def make_backend(options: CompileOptions, reports: list[CompileReport] | None = 
                           stacklevel=2)
             return gm.forward
         compiled = compile_graph(capture_graph(gm, example_inputs), options)
-        if reports is not None:
-            reports.append(compiled.report)
+        if graphs is not None:
+            graphs.append(compiled)
         return compiled
     return backend
 
@@ -59,10 +59,19 @@ def tensortune_backend(gm: Any, example_inputs: Sequence[Any], options: dict[str
 class CompiledModel:
     """A model compiled by tensortune: call it like the model (under no_grad)."""
 
-    def __init__(self, model: Any, compiled: Any, reports: list[CompileReport]) -> None:
+    def __init__(self, model: Any, compiled: Any, graphs: list[CompiledGraph]) -> None:
         self.model = model
         self._compiled = compiled
-        self.reports = reports
+        self.graphs = graphs
+
+    @property
+    def reports(self) -> list[CompileReport]:
+        return [g.report for g in self.graphs]
+
+    @property
+    def workloads(self) -> list[Any]:
+        """The records database's workloads of every tuned kernel (to export them)."""
+        return [w for g in self.graphs for w in g.workloads]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import torch
@@ -92,13 +101,10 @@ def compile(model: Any, example_inputs: Sequence[Any], *, target: str | None = N
     """
     import torch
     opts = CompileOptions.of(dict(options, target=target, budget=budget, db=db))
-    reports: list[CompileReport] = []
-    compiled = torch.compile(model, backend=make_backend(opts, reports), dynamic=False)
+    graphs: list[CompiledGraph] = []
+    compiled = torch.compile(model, backend=make_backend(opts, graphs), dynamic=False)
     with torch.no_grad():
         compiled(*example_inputs, **(example_kwargs or {}))
-    if not reports:
+    if not graphs:
         raise RuntimeError("dynamo captured no graph of the model for these inputs")
-    return CompiledModel(model, compiled, reports)
-
-
-_ = CompiledGraph
+    return CompiledModel(model, compiled, graphs)

@@ -76,10 +76,12 @@ class CompileOptions:
 class CompiledGraph:
     """A compiled graph: call it like the graph (a tuple of outputs); `.report` says how it was made."""
 
-    def __init__(self, plan: Plan, report: CompileReport, graph_runner: Any = None) -> None:
+    def __init__(self, plan: Plan, report: CompileReport, graph_runner: Any = None,
+                 workloads: Sequence[Any] = ()) -> None:
         self.plan = plan
         self.report = report
         self._runner = graph_runner
+        self.workloads = list(workloads)  # the records database's workloads of its tasks
 
     def __call__(self, *args: Any) -> Any:
         if self._runner is not None:
@@ -182,7 +184,11 @@ def compile_graph(captured: Captured, options: CompileOptions) -> CompiledGraph:
     finally:
         target.close()
     report = _report(b, target.name, captured, result, reference_tasks, time.perf_counter() - start)
-    return CompiledGraph(b.plan, report)
+    runner = None
+    if options.cuda_graphs and b.plan.device == "cuda":
+        from .cudagraphs import CudaGraphRunner
+        runner = CudaGraphRunner(b.plan)
+    return CompiledGraph(b.plan, report, runner, workloads=[s.workload for s in b.outcome.searches.values()])
 
 
 def _check(b: _Build, captured: Captured) -> CheckResult:
@@ -233,5 +239,3 @@ def _report(b: _Build, target: str, captured: Captured, result: CheckResult, ref
     return CompileReport(target, tasks, fallbacks, other, b.outcome.seconds, seconds, len(b.kernels),
                          sum(n.kind == "te" for n in b.graph), result.describe())
 
-
-_ = Sequence

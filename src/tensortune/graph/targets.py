@@ -79,6 +79,10 @@ class CpuSearch:
     def flops(self) -> float:
         return self.problem.flops
 
+    @property
+    def workload(self) -> Any:
+        return self.problem.workload
+
     def recorded(self) -> Any:
         from ..autoschedule.api import finish_kernel, recorded_best
         record = recorded_best(self.db, self.problem.workload, self.target)
@@ -191,6 +195,10 @@ class CudaTaskSearch:
     def flops(self) -> float:
         plan = self._search.plan
         return float(getattr(plan, "flops", 0) or 0)
+
+    @property
+    def workload(self) -> Any:
+        return self._search.workload
 
     def recorded(self) -> Any:
         return self._search.recorded()

@@ -209,7 +209,7 @@ class CudaSearch:
         start = time.perf_counter()
         if self._tuner is None:
             self._tuner = self._setup()
-        elif self._shared_runner:
+        if self._shared_runner:
             self._runner.set_task(self.task)
         try:
             self._tuner.budget = Budget.of(budget)
