@@ -77,6 +77,13 @@ def div_mode(ctx: LoweringContext, a: Any, b: Any, rounding_mode: str | None = N
     raise Unsupported(f"division with rounding_mode={rounding_mode!r} on {_out(ctx)}")
 
 
+@register(aten.remainder.Scalar, aten.remainder.Tensor)
+def remainder(ctx: LoweringContext, a: Any, b: Any) -> Val:
+    if _out(ctx) in ("float16", "bfloat16", "float32", "float64"):
+        raise Unsupported("a remainder of floats")
+    return _binary(ctx, lambda x, y: x % y, a, b)
+
+
 @register(aten.neg.default)
 def neg(ctx: LoweringContext, x: Val) -> Val:
     return _unary(ctx, lambda v: -v, x)

@@ -34,10 +34,44 @@ def embedding(ctx: LoweringContext, weight: Val, indices: Val, padding_idx: int 
     def build(name: str, wt: te.Tensor, it: te.Tensor) -> te.Tensor:
         def body(*idx: Expr) -> Expr:
             row = it[tuple(idx[:nd])] if nd else it[0]
-            return wt[row, idx[nd]]
+            return wt[clamp_index(row, weight.shape[0]), idx[nd]]
         return te.compute(out_shape, body, name=name, axis_names=axis_names(len(out_shape)))
 
     return ctx.stage(build, [weight, indices], ValueInfo(out_shape, weight.dtype))
+
+
+def clamp_index(i: Expr, extent: int, wrap: bool = False) -> Expr:
+    """An index read from data, kept inside `[0, extent)` (torch raises on one outside; a
+    kernel must never read past its tensor); `wrap` counts negative ones from the end."""
+    if wrap:
+        i = te.select(i < 0, i + extent, i)
+    return te.minimum(te.maximum(i, 0), extent - 1)
+
+
+@register(aten.index.Tensor)
+def index(ctx: LoweringContext, x: Val, indices: Sequence[Val | None]) -> Val:
+    """Advanced indexing by integer tensors on leading dimensions (`x[i]`, `x[i, j]`)."""
+    indices = list(indices)
+    k = 0
+    while k < len(indices) and indices[k] is not None:
+        k += 1
+    if k == 0 or any(i is not None for i in indices[k:]):
+        raise Unsupported("indexing that is not by tensors on the leading dimensions")
+    tensors = [i for i in indices if i is not None]
+    if any(t.dtype == "bool" for t in tensors):
+        raise Unsupported("indexing by a boolean mask (its shape depends on the data)")
+    from .context import broadcast_shapes, read
+    bshape = broadcast_shapes([t.shape for t in tensors])
+    out_shape = bshape + x.shape[k:]
+
+    def build(name: str, xt: te.Tensor, *its: te.Tensor) -> te.Tensor:
+        def body(*idx: Expr) -> Expr:
+            head = [clamp_index(read(it, t.shape, idx[:len(bshape)], bshape), x.shape[d], wrap=True)
+                    for d, (it, t) in enumerate(zip(its, tensors))]
+            return xt[tuple(head + list(idx[len(bshape):]))]
+        return te.compute(te_shape(out_shape), body, name=name, axis_names=axis_names(len(out_shape)))
+
+    return ctx.stage(build, [x, *tensors], ValueInfo(out_shape, x.dtype))
 
 
 def _constant_stage(ctx: LoweringContext, shape: Sequence[int], dtype: str, fn: Any) -> Val:

@@ -319,8 +319,9 @@ def index_select(ctx: LoweringContext, x: Val, dim: int, index: Val) -> Val:
 
     def build(name: str, xt: te.Tensor, it: te.Tensor) -> te.Tensor:
         def body(*idx: Expr) -> Expr:
+            from .misc import clamp_index
             k = idx[dim] if index.shape else 0
-            pos = it[k] if index.shape else it[0]
+            pos = clamp_index(it[k] if index.shape else it[0], x.shape[dim])
             return xt[tuple(list(idx[:dim]) + [pos] + list(idx[dim + index.ndim:]))]
         return te.compute(te_shape(out_shape), body, name=name, axis_names=axis_names(len(out_shape)))
 
@@ -337,8 +338,9 @@ def gather(ctx: LoweringContext, x: Val, dim: int, index: Val, sparse_grad: bool
 
     def build(name: str, xt: te.Tensor, it: te.Tensor) -> te.Tensor:
         def body(*idx: Expr) -> Expr:
+            from .misc import clamp_index
             full = list(idx)
-            full[dim] = it[tuple(idx)]
+            full[dim] = clamp_index(it[tuple(idx)], x.shape[dim])
             return xt[tuple(full)]
         return te.compute(te_shape(out_shape), body, name=name, axis_names=axis_names(len(out_shape)))
 
