@@ -74,6 +74,16 @@ def test_timer_repeats_and_warmup():
     assert len(Timer(min_repeats=2, max_repeats=3, flush_cache_bytes=1 << 16).time(lambda: None)) >= 2
 
 
+def test_check_close_where_the_reference_is_nan():
+    """Random inputs can leave a kernel's domain (the square root of a negative variance):
+    NaN where the reference has NaN is right, and the finite part is still compared."""
+    import numpy as np
+    e = np.array([np.nan, 1.0, 2.0], np.float32)
+    check_close(np.array([np.nan, 1.0, 2.0], np.float32), e)
+    with pytest.raises(WrongResult):
+        check_close(np.array([np.nan, 1.0, 2.5], np.float32), e)
+
+
 def test_check_close_tolerances():
     import numpy as np
     a = np.linspace(0, 1, 10, dtype=np.float32)

@@ -94,7 +94,7 @@ def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: S
         for lv, loop in enumerate(parts):
             levels[lv].append(loop.name)
     if vector:  # the threads split the other axes: each reads a part of the broadcast input, all of the packed one
-        kv = c_axes.index(vector)
+        kv = [a.name for a in local.op.axes].index(vector)  # the consumer reads the tile at its own index
         for lv in (0, 1):
             levels[lv].append(levels[lv].pop(kv))
     consumer.reorder(*levels[0], *levels[1], *levels[2])

@@ -53,12 +53,22 @@ class ArgSpec:
     is_output: bool
     low: int = -8  # integers are drawn from [low, high): an index stays inside what it indexes
     high: int = 8
+    positive: bool = False  # floats drawn non-negative (they reach a square root or a logarithm)
 
 
 def random_inputs(spec: "CheckSpec", rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Fresh inputs for a check: standard normal floats, integers within their ranges."""
-    return {a.name: rng.standard_normal(a.shape).astype(numpy_dtype(a.dtype)) if a.dtype != "int32"
-            else rng.integers(a.low, a.high, a.shape).astype(np.int32) for a in spec.args if not a.is_output}
+    """Fresh inputs for a check: standard normal floats (their absolute values where they
+    must be positive), integers within their ranges."""
+    out = {}
+    for a in spec.args:
+        if a.is_output:
+            continue
+        if a.dtype == "int32":
+            out[a.name] = rng.integers(a.low, a.high, a.shape).astype(np.int32)
+        else:
+            x = rng.standard_normal(a.shape)
+            out[a.name] = (np.abs(x) if a.positive else x).astype(numpy_dtype(a.dtype))
+    return out
 
 
 @dataclass(frozen=True)
@@ -84,12 +94,12 @@ class CheckSpec:
 
     @staticmethod
     def of(outputs: Sequence[Tensor], args: Sequence[Tensor], key: str) -> CheckSpec:
-        from ..te.ranges import DEFAULT_RANGE, input_ranges
+        from ..te.ranges import DEFAULT_RANGE, input_ranges, positive_inputs
         outs = {t.name for t in outputs}
         tol = default_tolerance(list(args))
-        ranges = input_ranges(outputs)
+        ranges, positive = input_ranges(outputs), positive_inputs(outputs)
         return CheckSpec(key, tuple(ArgSpec(t.name, t.shape, t.dtype, t.name in outs,
-                                            *ranges.get(t.name, DEFAULT_RANGE)) for t in args),
+                                            *ranges.get(t.name, DEFAULT_RANGE), t.name in positive) for t in args),
                          tuple(outputs), tol, tol)
 
 

@@ -44,11 +44,38 @@ def make_backend(options: CompileOptions, graphs: list[CompiledGraph] | None = N
                           "and runs eagerly; call the model under torch.no_grad() or torch.inference_mode()",
                           stacklevel=2)
             return gm.forward
+        if _symbolic(example_inputs):
+            return PerShape(gm, options, graphs)
         compiled = compile_graph(capture_graph(gm, example_inputs), options)
         if graphs is not None:
             graphs.append(compiled)
         return compiled
     return backend
+
+
+def _symbolic(inputs: Sequence[Any]) -> bool:
+    import torch
+    return any(isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and
+                                                any(isinstance(s, torch.SymInt) for s in x.shape)) for x in inputs)
+
+
+class PerShape:
+    """A graph dynamo made shape-generic (it saw several shapes): compiled again for each
+    concrete shape it is called with, each compile from the records when they exist."""
+
+    def __init__(self, gm: Any, options: CompileOptions, graphs: list[CompiledGraph] | None) -> None:
+        self.gm, self.options, self.graphs = gm, options, graphs
+        self.compiled: dict[tuple[Any, ...], CompiledGraph] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        import torch
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        graph = self.compiled.get(key)
+        if graph is None:
+            graph = self.compiled[key] = compile_graph(capture_graph(self.gm, list(args)), self.options)
+            if self.graphs is not None:
+                self.graphs.append(graph)
+        return graph(*args)
 
 
 def tensortune_backend(gm: Any, example_inputs: Sequence[Any], options: dict[str, Any] | None = None) -> Any:
@@ -76,7 +103,7 @@ class CompiledModel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import torch
         with torch.no_grad():
-            return self._compiled(*args, **kwargs)
+            return self._compiled(self.model, args, kwargs)
 
     @property
     def report(self) -> CompileReport:
@@ -102,9 +129,25 @@ def compile(model: Any, example_inputs: Sequence[Any], *, target: str | None = N
     import torch
     opts = CompileOptions.of(dict(options, target=target, budget=budget, db=db))
     graphs: list[CompiledGraph] = []
-    compiled = torch.compile(model, backend=make_backend(opts, graphs), dynamic=False)
+    compiled = torch.compile(_entry(), backend=make_backend(opts, graphs), dynamic=False)
     with torch.no_grad():
-        compiled(*example_inputs, **(example_kwargs or {}))
+        compiled(model, tuple(example_inputs), dict(example_kwargs or {}))
     if not graphs:
-        raise RuntimeError("dynamo captured no graph of the model for these inputs")
+        raise RuntimeError("dynamo made no graph of the model for these inputs (it runs no tensor operations, "
+                           "or dynamo hit its recompile limit: torch._dynamo.reset() clears it)")
     return CompiledModel(model, compiled, graphs)
+
+
+_ENTRIES = 0
+
+
+def _entry() -> Callable[..., Any]:
+    """A function of its own for each compile: dynamo caches compiled graphs per code
+    object, and a model class's `forward` is shared by all its instances and options."""
+    global _ENTRIES
+    _ENTRIES += 1
+    namespace: dict[str, Any] = {}
+    import builtins
+    exec(builtins.compile("def entry(model, args, kwargs):\n    return model(*args, **kwargs)\n",  # noqa: S102
+                 f"<tensortune.compile #{_ENTRIES}>", "exec"), namespace)
+    return namespace["entry"]

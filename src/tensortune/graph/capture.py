@@ -66,8 +66,8 @@ def check_static(inputs: Sequence[Any]) -> None:
     for k, x in enumerate(inputs):
         if isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and
                                            any(isinstance(s, torch.SymInt) for s in x.shape)):
-            raise CaptureError(f"input {k} has a dynamic shape; tensortune compiles static shapes "
-                               "(torch.compile(..., dynamic=False))")
+            raise CaptureError(f"input {k} has a symbolic shape; capture a graph with concrete inputs "
+                               "(tensortune compiles one graph per shape)")
 
 
 def capture_graph(gm: Callable[..., Any], example_inputs: Sequence[Any]) -> Captured:

@@ -35,7 +35,7 @@ def relative_error(out: Any, ref: Any) -> float:
         return math.inf
     if not ref.dtype.is_floating_point:
         return 0.0 if torch.equal(out.to(ref.dtype), ref) else math.inf
-    a, b = out.double(), ref.double()
+    a, b = out.detach().double(), ref.detach().double()
     finite = torch.isfinite(b)
     if not torch.equal(finite, torch.isfinite(a)) or not torch.equal(a[~finite].nan_to_num(), b[~finite].nan_to_num()):
         return math.inf

@@ -67,10 +67,8 @@ def _evaluate_constant(out: Any, evaluate: Any) -> Any:
 
 def run_graph(graph: Graph, inputs: Sequence[Any], record: dict[int, Any] | None = None) -> Any:
     """The graph's outputs for `inputs` (in graph input order); `record` collects every node's value."""
-    values: dict[int, Any] = {}
+    values: dict[int, Any] = graph.bind(inputs)
     dtypes = {n.id: n.info.dtype if n.info else "" for n in graph}
-    for k, nid in enumerate(graph.input_ids):
-        values[nid] = inputs[k]
     for n in graph:
         if n.kind == "input":
             continue

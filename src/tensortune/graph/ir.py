@@ -106,13 +106,20 @@ class Graph:
     nodes: list[Node] = field(default_factory=list)
     outputs: Any = ()
     input_ids: list[int] = field(default_factory=list)
+    input_positions: list[int] = field(default_factory=list)  # each input's position among the call's arguments
 
-    def add(self, node: Node) -> int:
+    def add(self, node: Node, position: int | None = None) -> int:
         node.id = len(self.nodes)
         self.nodes.append(node)
         if node.kind == "input":
             self.input_ids.append(node.id)
+            self.input_positions.append(len(self.input_positions) if position is None else position)
         return node.id
+
+    def bind(self, args: Any) -> dict[int, Any]:
+        """The graph inputs' values among a call's arguments (scalar arguments, specialised
+        when the graph was made, are not inputs)."""
+        return {i: args[p] for i, p in zip(self.input_ids, self.input_positions)}
 
     def __iter__(self) -> Iterator[Node]:
         return iter(self.nodes)
@@ -148,13 +155,14 @@ class Graph:
         keep = self.live()
         new = Graph()
         ids: dict[int, int] = {}
+        positions = dict(zip(self.input_ids, self.input_positions))
         for n in self.nodes:
             if n.id not in keep:
                 continue
             m = Node(-1, n.kind, n.op, tuple(ids[i] for i in n.inputs), n.info, build=n.build, call=n.call,
                      role=n.role, origin=n.origin, alias=n.alias, flops=n.flops, value=n.value, reason=n.reason,
                      spec=n.spec)
-            ids[n.id] = new.add(m)
+            ids[n.id] = new.add(m, positions.get(n.id))
         new.outputs = map_outputs(self.outputs, lambda r: OutputRef(ids[r.node]))
         return new
 

@@ -62,11 +62,13 @@ class Lowerer:
         placeholders = 0
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
-                info = info_of(node.meta.get("val", self.example_inputs[placeholders]))
+                example = self.example_inputs[placeholders]
+                info = info_of(node.meta.get("val", example))
+                if info is None:  # a scalar argument (a size): specialised, this graph is for one shape
+                    self.folded[node] = example
+                else:
+                    self.env[node] = self.ctx.input(node.name, info, placeholders)
                 placeholders += 1
-                if info is None:
-                    raise Unsupported(f"graph input {node.name} is not a tensor")
-                self.env[node] = self.ctx.input(node.name, info)
             elif node.op == "get_attr":
                 self.folded[node] = getattr(self.gm, node.target)
             elif node.op == "call_function":
@@ -156,7 +158,6 @@ class Lowerer:
             result = rule(ctx, *args, **kwargs)
         except Unsupported as exc:
             del self.graph.nodes[mark:]
-            self.graph.input_ids = [i for i in self.graph.input_ids if i < mark]
             self.env[node] = self._fallback(node, reason=str(exc))
             return
         if isinstance(result, tuple):

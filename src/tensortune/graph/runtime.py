@@ -135,9 +135,7 @@ class Plan:
         import torch
 
         graph = self.graph
-        vals: dict[int, Any] = {}
-        for i, a in zip(graph.input_ids, args):
-            vals[i] = a
+        vals: dict[int, Any] = graph.bind(args)
         for n in graph:
             if n.kind == "constant":
                 vals[n.id] = n.value

@@ -35,7 +35,7 @@ def sink_views(graph: Graph) -> Graph:
     vals: dict[int, Val] = {}
     for n in graph:
         if n.kind == "input":
-            vals[n.id] = ctx.input(n.op, n.info)
+            vals[n.id] = ctx.input(n.op, n.info, graph.input_positions[graph.input_ids.index(n.id)])
             continue
         ctx.origin, ctx.op = n.origin, n.op
         if n.kind == "te" and isinstance(n.spec, ViewSpec):

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..te.ranges import DEFAULT_RANGE, input_ranges
+from ..te.ranges import DEFAULT_RANGE, input_ranges, positive_inputs
 from .ir import Graph
 from .kernel import KernelGraph, build_kernel, gpu_kind, stage_nodes
 from .runtime import KernelStep
@@ -177,7 +177,7 @@ class CudaTaskSearch:
 
         self.target, self.kernel = target, kernel
         half = kernel.half
-        ranges = input_ranges(kernel.output)
+        ranges, positive = input_ranges(kernel.output), positive_inputs(kernel.output)
         self._search = CudaSearch(kernel.output, db=db, seed=seed, half=half, progress=False,
                                   budget_hint=budget_hint, timer=target.timer, cache_dir=target.cache_dir)
         plan = self._search.plan
@@ -188,7 +188,7 @@ class CudaTaskSearch:
                 low, high = ranges.get(t.name, DEFAULT_RANGE)
                 specs.append(TensorArg(t.shape, dtype, init="randint", low=low, high=high))
             else:
-                specs.append(TensorArg(t.shape, dtype))
+                specs.append(TensorArg(t.shape, dtype, init="rand" if t.name in positive else "randn"))
         self._search.input_specs = specs
 
     @property

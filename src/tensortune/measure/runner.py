@@ -50,7 +50,8 @@ def check_close(actual: Any, expected: Any, rtol: float | None = None, atol: flo
     a, e = (x.astype(np.float32) if x.dtype.name == "bfloat16" else x for x in (a, e))
     if not np.all(np.isfinite(a[np.isfinite(e)])):
         raise WrongResult("result has NaN or infinity where the reference is finite")
-    scale = float(np.max(np.abs(e))) if e.size else 0.0
+    finite = e[np.isfinite(e)] if e.dtype.kind == "f" else e
+    scale = float(np.max(np.abs(finite))) if finite.size else 0.0  # a NaN in the reference must not make it NaN
     if not np.allclose(a, e, rtol=rtol, atol=atol * max(scale, 1.0), equal_nan=True):
         err = float(np.max(np.abs(a.astype(np.float64) - e.astype(np.float64))))
         raise WrongResult(f"max abs error {err:.3g} exceeds rtol={rtol:g}, atol={atol:g} (scale {scale:.3g})")

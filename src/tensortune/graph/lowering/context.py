@@ -143,8 +143,8 @@ class LoweringContext:
         self.op = ""
 
     # -- nodes -----------------------------------------------------------------------------------
-    def input(self, name: str, info: ValueInfo) -> Val:
-        return Val(self.graph.add(Node(-1, "input", name, (), info, origin=name)), info)
+    def input(self, name: str, info: ValueInfo, position: int | None = None) -> Val:
+        return Val(self.graph.add(Node(-1, "input", name, (), info, origin=name), position), info)
 
     def constant(self, name: str, value: Any, info: ValueInfo) -> Val:
         return Val(self.graph.add(Node(-1, "constant", name, (), info, origin=name, value=value)), info)
