@@ -49,9 +49,12 @@ def source_error(output: Tensor, src: KernelSource, *, seed: int = 0, directory:
     rng = np.random.default_rng(seed)
     arrays, tensors = {}, []
     for t, dtype in zip(plan.inputs, src.dtypes):
-        x = torch.from_numpy(rng.standard_normal(t.shape).astype("float32")).to(getattr(torch, dtype))
+        if dtype == "bool":
+            x = torch.from_numpy(rng.random(t.shape) < 0.7)
+        else:
+            x = torch.from_numpy(rng.standard_normal(t.shape).astype("float32")).to(getattr(torch, dtype))
         tensors.append(x.to(device))
-        arrays[t.name] = x.float().numpy()
+        arrays[t.name] = x.numpy() if dtype == "bool" else x.float().numpy()
     out = torch.full(output.shape, float("nan"), dtype=getattr(torch, src.dtypes[-1]), device=device)
     module.launch(*tensors, out)
     got = out.float().cpu().numpy()
