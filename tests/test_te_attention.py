@@ -231,6 +231,9 @@ def test_attention_sketch_fits_the_hardware_and_splits_decoding():
     for c in list(long.seeds) + long.space.sample(100, seed=0):
         assert (c["BLOCK_M"] * 128 + c["num_stages"] * c["BLOCK_N"] * 256) * 2 <= SHARED_BYTES
         assert c["BLOCK_M"] * (128 + c["BLOCK_N"]) <= c["num_warps"] * 32 * 192
+    assert any(c["TMA"] for c in long.seeds) and not any(c["TMA"] for c in sketch(analyze(scaled_q_graph())).seeds)
+    odd = sketch(analyze(W.attention(1, 2, 64, 64, 12).output))  # 24-byte rows: no tensor descriptors
+    assert not any(c["TMA"] for c in odd.space.sample(50, seed=2))
     decode = sketch(analyze(W.attention(1, 16, 1, 2048, 128).output))
     assert decode.seeds[0]["BLOCK_M"] == 16 and decode.seeds[0]["SPLIT_KV"] == 8  # 16 heads x 8 on 132 SMs
     assert all(c["MASK_SPLIT"] and not c["REVERSE_M"] for c in decode.space.sample(50, seed=1))

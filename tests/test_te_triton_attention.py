@@ -53,6 +53,9 @@ CASES = [
     ("blocks-not-dividing", attn(1, 1, 50, 70, 32, causal=True), {"BLOCK_M": 32, "BLOCK_N": 64}),
     ("decode-split-kv", attn(1, 2, 1, 100, 16), {**SMALL, "SPLIT_KV": 3}),
     ("causal-split-kv", attn(1, 2, 20, 60, 16, causal=True), {**SMALL, "SPLIT_KV": 2}),
+    ("tma-causal-gqa", attn(2, 4, 40, 40, 16, causal=True, kv_heads=2), {**SMALL, "TMA": True}),
+    ("tma-padded-head-dims", attn(1, 2, 20, 24, 24, dv=40), {**SMALL, "TMA": True}),
+    ("tma-split-kv-mask", attn(1, 2, 1, 100, 16, mask="bool"), {**SMALL, "TMA": True, "SPLIT_KV": 3}),
     ("scale-on-q-normalised-after", lambda: scaled_q_graph(), SMALL),
     ("scale-in-exponent-added-mask", lambda: exp_scaled_graph(), SMALL),
 ]

@@ -17,6 +17,9 @@ full blocks first and the partial last block apart. Rows past the queries, keys 
 the keys and columns past Dv are wrapped into range (their results are dropped or get
 a -inf logit), the head dimension is zero-padded to a power of two.
 
+With TMA, the q, k and v tiles come through device-side tensor descriptors (Hopper's
+tensor memory accelerator) instead of pointer arithmetic.
+
 SPLIT_KV > 1 divides the keys among programs (flash decoding: a decode step has one
 query per head, too few programs to fill the GPU); each writes its float32 accumulator,
 max and sum to a workspace, and a second kernel combines them and applies the output
@@ -33,21 +36,24 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from ...te.expr import Const, TensorRead
+from ...te.dtype import is_float
+from ...te.expr import Cast, Const, TensorRead
+from ...te.visit import variables
 from .exprgen import TL_TYPES, Emitter, literal
 from .gen_contraction import underlying_type
 from .patterns import ACC
 from .patterns_attention import ROWSUM, SCORE, AttentionPlan
-from .source import (CodegenError, GenOptions, KernelSource, cdiv, decompose, indent, kernel_args, module_text,
+from .source import (ALLOCATOR_HELPER, CodegenError, GenOptions, KernelSource, cdiv, decompose, indent, kernel_args, module_text,
                      names_of, ranges_of)
 
 LOG2E = 1.4426950408889634
 NEG_INF = '-float("inf")'
-DEFAULTS = {"BLOCK_M": 64, "BLOCK_N": 64, "MASK_SPLIT": True, "SPLIT_KV": 1, "REVERSE_M": False, "num_warps": 4,
-            "num_stages": 2}
+DEFAULTS = {"BLOCK_M": 64, "BLOCK_N": 64, "MASK_SPLIT": True, "SPLIT_KV": 1, "REVERSE_M": False, "TMA": False,
+            "num_warps": 4, "num_stages": 2}
 
 
 def pow2_at_least(x: int, low: int = 16) -> int:
@@ -66,6 +72,32 @@ def dot_types(plan: AttentionPlan, options: GenOptions) -> tuple[str, str]:
     tv = underlying_type(plan.v_factor, options, storage)
     values = tp if tp == tv and tp in ("float16", "bfloat16") else "float32"
     return scores, values
+
+
+def tma_reads(plan: AttentionPlan, options: GenOptions) -> dict[str, TensorRead] | None:
+    """The reads of q, k and v when the tensor memory accelerator can load their tiles:
+    plain reads `x[batch..., row, col]` (row the query or key, col the head or value
+    column) stored in their product's type, with 16-byte rows."""
+    scores, values = dot_types(plan, options)
+    if options.interpret and "bfloat16" in (scores, values):
+        return None
+    storage = {a.name: a.dtype for a in kernel_args(plan, options)}
+    batch = {a.var for a in plan.batch}
+    found = {}
+    for name, factor, row, col, dtype in (("q", plan.q_factor, plan.query, plan.head, scores),
+                                          ("k", plan.k_factor, plan.key, plan.head, scores),
+                                          ("v", plan.v_factor, plan.key, plan.value, values)):
+        x = factor
+        while isinstance(x, Cast) and is_float(x.dtype):
+            x = x.value
+        if not isinstance(x, TensorRead) or x.tensor.op is not None or storage[x.tensor.name] != dtype:
+            return None
+        if tuple(x.indices[-2:]) != (row.var, col.var) or any(not variables(i) <= batch for i in x.indices[:-2]):
+            return None
+        if x.tensor.shape[-1] * (4 if dtype == "float32" else 2) % 16:
+            return None
+        found[name] = x
+    return found
 
 
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,6 +134,10 @@ class _Context:
         self.shapes.update({plan.query.var: "m", plan.key.var: "n", plan.head.var: "k", plan.value.var: "e"})
         self.batch_names = names_of(plan.batch)
         self.scale = plan.exp_scale * LOG2E
+        self.tma = tma_reads(plan, options) if c["TMA"] else None
+        if c["TMA"] and self.tma is None:
+            raise CodegenError("TMA loads need plain reads q[..., i, d], k[..., j, d], v[..., j, e] stored in their "
+                               "product's type, with rows of a multiple of 16 bytes")
 
     def emitter(self, names: dict[Any, str], prefix: str, masks: dict[Any, str] | None = None,
                 known: dict[Any, str] | None = None) -> Emitter:
@@ -111,8 +147,7 @@ class _Context:
     def precision(self, dtype: str) -> str:
         if dtype != "float32":
             return ""
-        tf32 = self.options.allow_tf32 and self.plan.q_factor.dtype == "float32"
-        return f', input_precision="{"tf32" if tf32 else "ieee"}"'
+        return f', input_precision="{"tf32" if self.options.allow_tf32 else "ieee"}"'
 
 
 def generate_attention(plan: AttentionPlan, config: Mapping[str, Any], options: GenOptions) -> KernelSource:
@@ -139,9 +174,11 @@ def generate_attention(plan: AttentionPlan, config: Mapping[str, Any], options: 
     names = ["tt_attention"]
     opts = f"num_warps={c['num_warps']}, num_stages={c['num_stages']}"
     call = ", ".join(a.pointer for a in x.args)
+    allocate = [f"triton.set_allocator(_scratch_allocator({out.pointer}))"] if x.tma is not None else []
     if split > 1:
         rows = split * x.nb * x.sq
-        launch = [f"ws_acc = torch.empty({rows * x.be}, dtype=torch.float32, device={out.pointer}.device)",
+        launch = allocate + [
+                  f"ws_acc = torch.empty({rows * x.be}, dtype=torch.float32, device={out.pointer}.device)",
                   f"ws_row = torch.empty({rows * 2}, dtype=torch.float32, device={out.pointer}.device)",
                   f"tt_attention[({grid_m}, {x.nb}, {split})]({call}, ws_acc, ws_row, {opts})",
                   f"tt_attention_combine[({grid_m}, {x.nb})]({call}, ws_acc, ws_row, num_warps=4, num_stages=1)"]
@@ -151,9 +188,9 @@ def generate_attention(plan: AttentionPlan, config: Mapping[str, Any], options: 
         kernels.append(_combine_kernel(x, ", ".join(params)))
         names.append("tt_attention_combine")
     else:
-        launch = [f"tt_attention[({grid_m}, {x.nb})]({call}, {opts})"]
+        launch = allocate + [f"tt_attention[({grid_m}, {x.nb})]({call}, {opts})"]
         pre = [f"return [tt_attention.warmup({call}, grid=(1,), {opts})]"]
-    text = module_text(plan, c, kernels, launch, pre, x.args)
+    text = module_text(plan, c, kernels, launch, pre, x.args, ALLOCATOR_HELPER if x.tma is not None else ())
     return KernelSource(text, tuple(a.name for a in x.args), tuple(a.dtype for a in x.args), tuple(names), c)
 
 
@@ -176,17 +213,41 @@ def _prologue(x: _Context, grid_m: int) -> list[str]:
         lines += [f"d_q = (rd < {x.d})[None, :]", f"d_k = (rd < {x.d})[:, None]"]
         masks = {plan.head.var: "d_q"}
     lines += ["dq = rd[None, :]", "dk = rd[:, None]"]
-    em = x.emitter({plan.query.var: "m0", plan.head.var: "dq"}, "tq", masks)
-    q = em.native(plan.q_factor, x.qk_type)
-    lines += em.lines
-    if x.bd != x.d:
-        lines += [f"{q} = tl.where(d_q, {q}, 0)"]
+    if x.tma is not None:
+        lines += _descriptors(x)
+        q = f"q_desc.load([q_row + pid_m * {x.bm}, 0])"
+    else:
+        em = x.emitter({plan.query.var: "m0", plan.head.var: "dq"}, "tq", masks)
+        q = em.native(plan.q_factor, x.qk_type)
+        lines += em.lines
+        if x.bd != x.d:
+            lines += [f"{q} = tl.where(d_q, {q}, 0)"]
     lines += [f"q = {q}",
               f"re = tl.arange(0, {x.be})",
               f"e_v = ({'re' if x.be == x.dv else f're % {x.dv}'})[None, :]",
               f"m_i = tl.full([{x.bm}], {NEG_INF}, tl.float32)",
               f"l_i = tl.zeros([{x.bm}], dtype=tl.float32)",
               f"acc = tl.zeros([{x.bm}, {x.be}], dtype=tl.float32)"]
+    return lines
+
+
+def _descriptors(x: _Context) -> list[str]:
+    """Tensor descriptors over q, k, v seen as [rows, columns], and each one's first row
+    for this program's batch index (rows past a head's end belong to the next head or are
+    zero-filled: their results are dropped or get -inf logits)."""
+    assert x.tma is not None
+    lines = []
+    for name, block_rows, cols in (("q", x.bm, x.bd), ("k", x.bn, x.bd), ("v", x.bn, x.be)):
+        read = x.tma[name]
+        t = read.tensor
+        width = t.shape[-1]
+        rows = math.prod(t.shape) // width
+        em = x.emitter({}, f"d{name}")
+        off = em.offset(TensorRead(t, tuple(read.indices[:-2]) + (Const(0, "int32"), Const(0, "int32"))))
+        lines += em.lines
+        lines += [f"{name}_desc = tl.make_tensor_descriptor({x.pointers[t.name]}, shape=[{rows}, {width}], "
+                  f"strides=[{width}, 1], block_shape=[{block_rows}, {cols}])",
+                  f"{name}_row = ({off}) // {width}"]
     return lines
 
 
@@ -237,12 +298,15 @@ def _key_block(x: _Context, masked: bool, prefix: str) -> list[str]:
     lines = [f"start = tl.multiple_of(start, {x.bn})", f"rn = start + tl.arange(0, {x.bn})"]
     lines += [f"rn_in = rn % {x.skv}" if wrap else "rn_in = rn",
               "n_k = rn_in[None, :]", "n_s = rn_in[None, :]", "n_v = rn_in[:, None]"]
-    ek = x.emitter({plan.key.var: "n_k", plan.head.var: "dk"}, f"{prefix}k",
-                   {plan.head.var: "d_k"} if x.bd != x.d else None)
-    kt = ek.native(plan.k_factor, x.qk_type)
-    lines += ek.lines
-    if x.bd != x.d:
-        lines += [f"{kt} = tl.where(d_k, {kt}, 0)"]
+    if x.tma is not None:
+        kt = "tl.trans(k_desc.load([k_row + start, 0]))"
+    else:
+        ek = x.emitter({plan.key.var: "n_k", plan.head.var: "dk"}, f"{prefix}k",
+                       {plan.head.var: "d_k"} if x.bd != x.d else None)
+        kt = ek.native(plan.k_factor, x.qk_type)
+        lines += ek.lines
+        if x.bd != x.d:
+            lines += [f"{kt} = tl.where(d_k, {kt}, 0)"]
     lines += [f"s = tl.dot(q, {kt}{x.precision(x.qk_type)})"]
     logits = plan.logits if masked else plan.logits_inside
     el = x.emitter({plan.query.var: "m0", plan.key.var: "n_s", SCORE: "s"}, f"{prefix}l")
@@ -250,8 +314,12 @@ def _key_block(x: _Context, masked: bool, prefix: str) -> list[str]:
     lines += el.lines + [f"t = tl.broadcast_to({t}, ({x.bm}, {x.bn}))"]
     if wrap:
         lines += [f"t = tl.where((rn < {x.skv})[None, :], t, {NEG_INF})"]
-    ev = x.emitter({plan.key.var: "n_v", plan.value.var: "e_v"}, f"{prefix}v")
-    v = ev.native(plan.v_factor, x.pv_type)
+    if x.tma is not None:
+        v_lines, v = [], "v_desc.load([v_row + start, 0])"
+    else:
+        ev = x.emitter({plan.key.var: "n_v", plan.value.var: "e_v"}, f"{prefix}v")
+        v = ev.native(plan.v_factor, x.pv_type)
+        v_lines = ev.lines
     scale = literal(x.scale)
     lines += ["m_new = tl.maximum(m_i, tl.max(t, 1))",
               "m_use = tl.where(m_new == -float(\"inf\"), 0.0, m_new)",
@@ -259,7 +327,7 @@ def _key_block(x: _Context, masked: bool, prefix: str) -> list[str]:
               f"p = tl.math.exp2(t * {scale} - (m_use * {scale})[:, None])",
               "l_i = l_i * alpha + tl.sum(p, 1)",
               "acc = acc * alpha[:, None]",
-              *ev.lines,
+              *v_lines,
               f"acc = tl.dot(p.to({TL_TYPES[x.pv_type]}), {v}, acc{x.precision(x.pv_type)})",
               "m_i = m_new"]
     return lines

@@ -11,8 +11,9 @@ within registers. A convolution may copy its NCHW/KCRS inputs channels-last firs
 per program and a BLOCK_C column chunk (one pass when it covers the row); an elementwise
 kernel its BLOCK. Attention chooses BLOCK_M queries and BLOCK_N keys per step, warps and
 pipeline stages, SPLIT_KV (keys shared among programs when the queries alone cannot
-fill the GPU, as in a decode step) and, when causal, MASK_SPLIT (blocks below the
-diagonal looped without the mask) and REVERSE_M (the longest query blocks first).
+fill the GPU, as in a decode step), TMA (tiles loaded through tensor descriptors) and,
+when causal, MASK_SPLIT (blocks below the diagonal looped without the mask) and
+REVERSE_M (the longest query blocks first).
 `seeds` are rules-of-thumb points
 measured first, so the search starts from sensible kernels (as Ansor's sketch rules
 start from sensible structures).
@@ -148,7 +149,7 @@ def _tma_store_ok(plan: ContractionPlan, options: GenOptions) -> bool:
 def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
     """FlashAttention-2's blocking: 128-query tiles with 64 or 128 keys per step and 4 to 8
     warps for long sequences, 16-query tiles with the keys split among programs for decoding."""
-    from .gen_attention import dot_types, pow2_at_least
+    from .gen_attention import dot_types, pow2_at_least, tma_reads
 
     nb, sq, skv, d, dv = plan.sizes
     bd, be = pow2_at_least(d), pow2_at_least(dv)
@@ -166,6 +167,7 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
         Ordinal("SPLIT_KV", splits),
         Categorical("MASK_SPLIT", [True, False] if causal else [True]),
         Categorical("REVERSE_M", [False, True] if causal and sq > 16 else [False]),
+        Categorical("TMA", [False, True] if tma_reads(plan, options) is not None else [False]),
         Ordinal("num_warps", [2, 4, 8]),
         Ordinal("num_stages", [1, 2, 3, 4, 5]),
     ]
@@ -185,17 +187,21 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
     else:
         tiles = ((128, 64, 8, 3), (128, 64, 4, 2), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3),
                  (64, 32, 4, 4), (64, 128, 4, 2), (32, 32, 2, 3))
+    tma = tma_reads(plan, options) is not None
+    # the first tiles also with TMA loads and (causal) with the longest query blocks first
+    reverse = causal and sq > 16
+    variants = [(tiles[0], False, False), (tiles[0], tma, False), (tiles[1], False, False), (tiles[0], False, reverse),
+                (tiles[2], False, False), (tiles[1], tma, False)] + [(t, False, False) for t in tiles[3:]]
     seeds: list[Config] = []
-    variants = ((True, False), (True, True)) if causal and sq > 16 else ((True, False),)
-    for (bm, bn, w, st), (mask_split, reverse) in ((t, v) for t in tiles for v in variants):
+    for (bm, bn, w, st), with_tma, reverse in variants:
         bm, bn = min(bm, top_m), min(bn, top_n)
         programs = nb * -(-sq // bm)
         split = 1
         if splits != [1]:
             want = max(1, sms // max(1, programs))
             split = max(v for v in splits if v <= want and (v - 1) * bn < skv)
-        _add(space, seeds, {"BLOCK_M": bm, "BLOCK_N": bn, "SPLIT_KV": split, "MASK_SPLIT": mask_split,
-                            "REVERSE_M": reverse, "num_warps": w, "num_stages": st})
+        _add(space, seeds, {"BLOCK_M": bm, "BLOCK_N": bn, "SPLIT_KV": split, "MASK_SPLIT": True, "REVERSE_M": reverse,
+                            "TMA": with_tma, "num_warps": w, "num_stages": st})
     return Sketch(plan, space, tuple(seeds[:10]))
 
 
