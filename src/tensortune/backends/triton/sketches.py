@@ -161,9 +161,11 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
     splits = [1]
     if nb * -(-sq // 64) < sms and skv >= 256:
         splits = [s for s in (1, 2, 4, 8, 16, 32, 64) if s <= key_blocks]
+    # long sequences: at least a warpgroup's 64 rows (Hopper's wgmma) and 32 keys per step
+    low_m, low_n = (64 if sq >= 512 else 16), (32 if skv >= 512 else 16)
     params = [
-        PowerOfTwo("BLOCK_M", 16, top_m),
-        PowerOfTwo("BLOCK_N", 16, top_n),
+        PowerOfTwo("BLOCK_M", low_m, top_m),
+        PowerOfTwo("BLOCK_N", low_n, top_n),
         Ordinal("SPLIT_KV", splits),
         Categorical("MASK_SPLIT", [True, False] if causal else [True]),
         Categorical("REVERSE_M", [False, True] if causal and sq > 16 else [False]),
