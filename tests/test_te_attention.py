@@ -167,7 +167,7 @@ def scaled_q_graph(b=1, h=2, sq=16, skv=24, d=16, dtype="float32"):
 
 
 def exp_scaled_graph(b=1, h=2, sq=16, skv=24, d=16):
-    """softmax(scale * S) written as exp(scale * (S - max S)), with a padding mask added."""
+    """softmax(scale * S) written as exp(scale * S - scale * max S), with a padding mask added."""
     q = te.placeholder((b, h, sq, d), "float32", "q")
     k = te.placeholder((b, h, skv, d), "float32", "k")
     v = te.placeholder((b, h, skv, d), "float32", "v")
@@ -177,7 +177,7 @@ def exp_scaled_graph(b=1, h=2, sq=16, skv=24, d=16):
     x = te.compute(s.shape, lambda z, y, i, j: s[z, y, i, j] + pad[z, j], name="x")
     j1, j2, j3 = (te.reduce_axis(skv, "j") for _ in range(3))
     m = te.compute((b, h, sq), lambda z, y, i: te.max(x[z, y, i, j1], axis=j1), name="m")
-    e = te.compute(s.shape, lambda z, y, i, j: te.exp((x[z, y, i, j] - m[z, y, i]) * 0.125), name="e")
+    e = te.compute(s.shape, lambda z, y, i, j: te.exp(x[z, y, i, j] * 0.125 - 0.125 * m[z, y, i]), name="e")
     total = te.compute((b, h, sq), lambda z, y, i: te.sum(e[z, y, i, j2], axis=j2), name="l")
     p = te.compute(s.shape, lambda z, y, i, j: e[z, y, i, j] * (1.0 / total[z, y, i]), name="p")
     return te.compute((b, h, sq, d), lambda z, y, i, c: te.sum(p[z, y, i, j3] * v[z, y, j3, c], axis=j3), name="o")

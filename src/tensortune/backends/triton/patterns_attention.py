@@ -219,6 +219,10 @@ def _exponent(ex: Call, row_vars: tuple[Var, ...]) -> tuple[Expr, float, TensorR
             c, u = (c * float(u.b.value) if u.op == "mul" else c / float(u.b.value)), u.a
         else:
             break
+    if isinstance(u, Binary) and u.op == "sub":  # c * logit - c * max: the same c on both sides
+        a, b = _scaled(u.a), _scaled(u.b)
+        if a[1] == b[1] != 1.0:
+            c, u = c * a[1], Binary("sub", a[0], b[0])
     if not (isinstance(u, Binary) and u.op == "sub") or not (c > 0 and math.isfinite(c)):
         raise _fail(f"the exponent {expr_str(ex.args[0])} is not a positive constant times (logit - row max)")
     logit, m = u.a, _strip(u.b)
@@ -236,6 +240,16 @@ def _exponent(ex: Call, row_vars: tuple[Var, ...]) -> tuple[Expr, float, TensorR
     if set(m.indices) != set(row_vars) or len(m.indices) != len(row_vars):
         raise _fail(f"the row max is read at [{', '.join(map(expr_str, m.indices))}], not at its own row")
     return logit, c, m, guarded
+
+
+def _scaled(e: Expr) -> tuple[Expr, float]:
+    """`x * k` or `k * x` with a constant k -> (x, k); anything else -> (e, 1)."""
+    if isinstance(e, Binary) and e.op == "mul":
+        if isinstance(e.b, Const):
+            return e.a, float(e.b.value)
+        if isinstance(e.a, Const):
+            return e.b, float(e.a.value)
+    return e, 1.0
 
 
 def _row_source(red: Tensor, indices: tuple[Expr, ...], key: Axis) -> Expr:
