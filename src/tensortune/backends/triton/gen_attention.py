@@ -47,8 +47,8 @@ from .exprgen import TL_TYPES, Emitter, literal
 from .gen_contraction import underlying_type
 from .patterns import ACC
 from .patterns_attention import ROWSUM, SCORE, AttentionPlan
-from .source import (ALLOCATOR_HELPER, CodegenError, GenOptions, KernelSource, cdiv, decompose, indent, kernel_args, module_text,
-                     names_of, ranges_of)
+from .source import (ALLOCATOR_HELPER, CodegenError, GenOptions, KernelSource, cdiv, decompose, indent, kernel_args,
+                     module_text, names_of, ranges_of)
 
 LOG2E = 1.4426950408889634
 NEG_INF = '-float("inf")'
