@@ -213,6 +213,13 @@ def test_graphs_that_are_not_attention_keep_their_patterns_or_errors():
     probs = next(t for t in te.graph(w.output) if t.name == "attention_probs")
     with pytest.raises(PatternError, match="do not share their row and column axes"):
         analyze(probs)  # scores then softmax: two kernels, refused as before
+    X = te.placeholder((4, 8), "float32", "X")
+    k1, k2, k3 = (te.reduce_axis(8, "k") for _ in range(3))
+    mx = te.compute((4,), lambda i: te.max(X[i, k1], axis=k1), name="mx")
+    entropy_like = te.compute((4,), lambda i: te.sum(te.exp(X[i, k2] - mx[i]) * X[i, k2], axis=k2), name="h")
+    assert analyze(entropy_like).kind == "rows"  # a weighted sum, but over the rows of its own weights
+    mean = te.compute((4,), lambda i: te.sum(X[i, k1] * 0.125, axis=k1), name="mean")
+    assert analyze(te.compute((4,), lambda i: te.sum(X[i, k3] * mean[i], axis=k3), name="y")).kind == "rows"
     q = te.placeholder((1, 8, 8), "float32", "q")
     v = te.placeholder((1, 8, 8), "float32", "v")
     j1, j3 = te.reduce_axis(8, "j"), te.reduce_axis(8, "j")

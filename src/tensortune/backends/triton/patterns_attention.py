@@ -110,9 +110,9 @@ def _product(e: Expr) -> tuple[Expr, Expr] | None:
 
 def match_attention(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
                     inputs: tuple[Tensor, ...]) -> AttentionPlan | None:
-    """The attention plan of a graph, None when its output is not a weighted sum of
-    values by weights computed from reductions; `PatternError` when it is, but the weights
-    are not a softmax of scores this kernel computes."""
+    """The attention plan of a graph; None when its output is not a weighted sum over keys of
+    values (with one value axis) by weights computed from reductions (with one query axis);
+    `PatternError` when it is, but the weights are not a softmax of scores."""
     outer = inline(value)
     weighted = _weighted_sum(out, out_axes, outer)
     if weighted is None:
@@ -130,10 +130,9 @@ def match_attention(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
         elif ax in uses_v:
             groups["e"].append(d)
         else:
-            raise _fail(f"output axis {ax.name!r} of {red.name!r} is read by neither the weights nor the values")
+            return None
     if len(groups["m"]) != 1 or len(groups["e"]) != 1:
-        raise _fail(f"the weighted sum {red.name!r} needs exactly one query axis (read by the weights only) and one "
-                    f"value axis (read by the values only), found {len(groups['m'])} and {len(groups['e'])}")
+        return None  # not attention's shape (a row reduction reading a reduction of the same rows, say)
     batch = tuple(Axis(Var(f"b{i}"), spatial[d].extent) for i, d in enumerate(groups["b"]))
     query = Axis(Var("m0"), spatial[groups["m"][0]].extent)
     value_axis = Axis(Var("e0"), spatial[groups["e"][0]].extent)
