@@ -61,6 +61,7 @@ CASES = {
     "causal-more-queries": ((1, 2, 7, 4, 4), {"causal": True}),  # rows 0-2 see no key: zeros
     "gqa": ((2, 4, 5, 6, 8), {"kv_heads": 2, "causal": True}),
     "float-mask": ((2, 2, 4, 6, 4), {"mask": "float", "mask_shape": (2, 1, 4, 6)}),
+    "float-mask-2d": ((2, 2, 4, 6, 4), {"mask": "float", "mask_shape": (4, 6)}),  # right-aligned, as torch
     "bool-mask": ((2, 2, 4, 6, 4), {"mask": "bool", "mask_shape": (2, 1, 1, 6)}),
     "bool-mask-causal": ((1, 2, 5, 5, 4), {"mask": "bool", "causal": True}),
     "value-width": ((1, 2, 4, 5, 4), {"dv": 6}),
