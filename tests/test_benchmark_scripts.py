@@ -41,3 +41,22 @@ def test_a_replay_benchmark_script_runs_and_writes_its_json(script, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     written = json.loads(out.read_text())
     assert keys <= set(written), sorted(written)
+
+
+@pytest.mark.slow
+def test_gpu_attention_benchmark_runs_on_the_cpu(tmp_path):
+    """benchmarks/gpu_attention.py --quick: tiny shapes in Triton's interpreter, the same code
+    paths as on the GPU (tuning, the unfused cut, torch SDPA, the checks, the JSON)."""
+    out = tmp_path / "attention.json"
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_attention.py"), "--quick",
+               "--only", "gpt2", "--budget", "2", "--unfused-budget", "1", "--json", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"gpt2"}
+    for row in rows.values():
+        assert row["fused"]["pattern"] == "attention" and row["fused"]["error"] < 1e-2
+        assert [k["pattern"] for k in row["unfused"]["kernels"]] == ["contraction", "rows", "contraction"]
+        assert row["unfused"]["error"] < 1e-2 and row["tensortune_fused"]["us"] > 0
+    assert "flash/fused" in done.stdout

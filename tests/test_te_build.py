@@ -377,3 +377,17 @@ def test_rfactor_of_one_of_several_reduce_axes(cc):
     s2[w.output].split("y", 2)
     with pytest.raises(TEError, match="before any other transformation"):
         s2.rfactor(w.output, "rc")
+
+
+@pytest.mark.parametrize("cols", [8, 16, 13])
+def test_bool_inputs_are_one_byte_masks(cols, cc):
+    """A NumPy bool array is one byte per element; as `int*` the kernel read garbage, and GCC
+    12.2 vectorized a float select on `unsigned char` conditions wrongly at 8 and 16 columns."""
+    M = te.placeholder((4, cols), "bool", "M")
+    X = te.placeholder((4, cols), "float32", "X")
+    Y = te.compute((4, cols), lambda i, j: te.select(M[i, j], X[i, j] * 2.0, -1.0), name="Y")
+    f = te.build(Y, compiler=cc)
+    m = RNG.random((4, cols)) < 0.6
+    x = RNG.standard_normal((4, cols)).astype("float32")
+    np.testing.assert_array_equal(f(m, x), np.where(m, x * 2.0, -1.0).astype("float32"))
+    np.testing.assert_array_equal(te.evaluate(Y, {"M": m, "X": x}), f(m, x))

@@ -30,15 +30,17 @@ from .source import GenOptions, KernelSource
 
 
 def relative_error(output: Tensor, config: Mapping[str, Any], *, half: str = "float16", seed: int = 0,
-                   directory: str | None = None) -> float:
+                   directory: str | None = None, inputs: Mapping[str, np.ndarray] | None = None) -> float:
     """Max relative error of the configuration's kernel on fresh random inputs (inf if any
-    output element is unwritten or not finite)."""
+    output element is unwritten or not finite); `inputs` gives some inputs' values instead
+    (bool inputs are otherwise drawn True with probability 0.7)."""
     interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
     src = generate(analyze(output), config, GenOptions(half=half, interpret=interpret))
-    return source_error(output, src, seed=seed, directory=directory)
+    return source_error(output, src, seed=seed, directory=directory, inputs=inputs)
 
 
-def source_error(output: Tensor, src: KernelSource, *, seed: int = 0, directory: str | None = None) -> float:
+def source_error(output: Tensor, src: KernelSource, *, seed: int = 0, directory: str | None = None,
+                 inputs: Mapping[str, np.ndarray] | None = None) -> float:
     """`relative_error` of a given module (also a hand-edited one: a check must be able to fail)."""
     import torch
 
@@ -49,9 +51,14 @@ def source_error(output: Tensor, src: KernelSource, *, seed: int = 0, directory:
     rng = np.random.default_rng(seed)
     arrays, tensors = {}, []
     for t, dtype in zip(plan.inputs, src.dtypes):
-        x = torch.from_numpy(rng.standard_normal(t.shape).astype("float32")).to(getattr(torch, dtype))
+        if inputs is not None and t.name in inputs:
+            x = torch.from_numpy(np.asarray(inputs[t.name])).to(getattr(torch, dtype))
+        elif dtype == "bool":
+            x = torch.from_numpy(rng.random(t.shape) < 0.7)
+        else:
+            x = torch.from_numpy(rng.standard_normal(t.shape).astype("float32")).to(getattr(torch, dtype))
         tensors.append(x.to(device))
-        arrays[t.name] = x.float().numpy()
+        arrays[t.name] = x.numpy() if dtype == "bool" else x.float().numpy()
     out = torch.full(output.shape, float("nan"), dtype=getattr(torch, src.dtypes[-1]), device=device)
     module.launch(*tensors, out)
     got = out.float().cpu().numpy()

@@ -43,7 +43,7 @@ from .source import (ALLOCATOR_HELPER, NUM_SMS_HELPER, CodegenError, GenOptions,
 SPLITK_BLOCK = 1024
 
 
-def _underlying(e: Expr, options: GenOptions, storage: Mapping[str, str]) -> str:
+def underlying_type(e: Expr, options: GenOptions, storage: Mapping[str, str]) -> str:
     """The type a factor can be fed to tl.dot in without computing: its read's storage."""
     x = e
     while isinstance(x, Cast) and is_float(x.dtype):
@@ -59,7 +59,7 @@ def _underlying(e: Expr, options: GenOptions, storage: Mapping[str, str]) -> str
 
 def dot_type(plan: ContractionPlan, options: GenOptions) -> str:
     storage = {a.name: a.dtype for a in kernel_args(plan, options)}
-    ta, tb = _underlying(plan.factor_a, options, storage), _underlying(plan.factor_b, options, storage)
+    ta, tb = underlying_type(plan.factor_a, options, storage), underlying_type(plan.factor_b, options, storage)
     return ta if ta == tb and ta in ("float16", "bfloat16", "float32") else "float32"
 
 

@@ -21,9 +21,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from .gen_attention import generate_attention
 from .gen_contraction import generate_contraction
 from .gen_rows import generate_elementwise, generate_rows
 from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, RowsPlan
+from .patterns_attention import AttentionPlan
 from .source import GenOptions, KernelSource
 
 _LOADED: dict[str, ModuleType] = {}
@@ -34,6 +36,8 @@ def generate(plan: GpuPlan, config: Mapping[str, Any], options: GenOptions | Non
     config = dict(config)
     if isinstance(plan, ContractionPlan):
         return generate_contraction(plan, config, options)
+    if isinstance(plan, AttentionPlan):
+        return generate_attention(plan, config, options)
     if isinstance(plan, RowsPlan):
         return generate_rows(plan, config, options)
     if isinstance(plan, ElementwisePlan):

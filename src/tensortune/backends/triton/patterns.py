@@ -1,4 +1,4 @@
-"""Which GPU kernel an expression graph becomes: a contraction, a row reduction, or elementwise.
+"""Which GPU kernel an expression graph becomes: a contraction, attention, a row reduction, or elementwise.
 
 Every stage without a reduction (casts, bias adds, activations, padding, scaling) is
 inlined into the stages that read it, so what is left is the output expression over
@@ -14,6 +14,8 @@ the reductions it reads. Then:
 - **rows**: reductions over the same trailing ("column") axes for each leading ("row")
   index, possibly reading each other (softmax, layer and RMS norm, matrix-vector); one
   kernel per block of rows, in one pass or looping over column blocks.
+- **attention**: a sum over keys of softmax weights (of a scores contraction) times values,
+  one flash-attention kernel (`patterns_attention.py`).
 - **elementwise**: no reduction at all.
 
 All expressions of a plan are written over fresh `Var`s named after the kernel's
@@ -227,6 +229,11 @@ def analyze(outputs: Tensor | Sequence[Tensor]) -> GpuPlan:
     contraction = _contraction(out, out_axes, value, inputs)
     if contraction is not None:
         return contraction
+    from .patterns_attention import match_attention
+
+    attention = match_attention(out, out_axes, value, inputs)
+    if attention is not None:
+        return attention
     return _rows(out, out_axes, value, inputs)
 
 

@@ -6,7 +6,10 @@ inputs widened; explicit casts still round). A stage whose body is a sum of a pr
 of two factors is a contraction: each factor is materialised over its own axes and
 multiplied with `torch.einsum` (TF32 off), so a 4096^3 matmul or an implicit-GEMM
 convolution costs one library call; every other stage is evaluated over its index grid
-in chunks, reads clamped into range (a `select` masks what a clamp would have changed).
+in chunks of at most `STAGE_CHUNK` elements (over as many leading axes as that takes),
+reads clamped into range (a `select` masks what a clamp would have changed). A stage's
+value is dropped once the last stage reading it is computed, so attention's
+[B, H, Sq, Skv] intermediates are alive two at a time, not all six.
 `te.evaluate` (NumPy, float64) is what this evaluator is tested against.
 
 Example:
@@ -21,9 +24,10 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import string
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +38,7 @@ from ...te.visit import itervars
 from .patterns import describe_graph
 
 CHUNK_ELEMENTS = 1 << 26
+STAGE_CHUNK = 1 << 24  # elements of one chunk of a stage's index grid (each temporary is one)
 
 
 def evaluate(output: Tensor, inputs: Mapping[str, Any]) -> Any:
@@ -41,19 +46,24 @@ def evaluate(output: Tensor, inputs: Mapping[str, Any]) -> Any:
     import torch
 
     values: dict[str, Any] = {}
+    order = graph(output)
+    last_use = {p.name: t.name for t in order if t.op is not None for p in t.op.inputs}
     prev = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        for t in graph(output):
+        for t in order:
             if t.op is None:
                 if t.name not in inputs:
                     raise TEError(f"no value given for input {t.name!r}")
                 x = inputs[t.name]
                 if tuple(x.shape) != t.shape:
                     raise TEError(f"input {t.name!r} has shape {tuple(x.shape)}, expected {t.shape}")
-                values[t.name] = x.float() if x.dtype.is_floating_point else x.long()
+                values[t.name] = x.float() if x.dtype.is_floating_point else x if x.dtype == torch.bool else x.long()
             else:
                 values[t.name] = _stage(t, values)
+                for p in t.op.inputs:
+                    if last_use[p.name] == t.name and p is not output:
+                        del values[p.name]
     finally:
         torch.backends.cuda.matmul.allow_tf32 = prev
     return values[output.name]
@@ -77,30 +87,51 @@ def _stage(t: Tensor, values: dict[str, Any]) -> Any:
 
     axes = list(op.axes) + list(op.reduce_axes)
     src = body.source if isinstance(body, Reduce) else body
-    inner = math.prod(a.extent for a in axes[1:])
-    rows = max(1, CHUNK_ELEMENTS // max(1, inner))
     device = _device(values)
-    chunks = []
-    for c0 in range(0, t.shape[0], rows):
-        c1 = min(t.shape[0], c0 + rows)
-        env = _grid(axes, device, (c0, c1))
+    out = None
+    for fixed, (c0, c1) in _chunks([a.extent for a in axes], len(op.axes)):
+        depth = len(fixed)
+        env = _grid(axes, device, fixed, (c0, c1))
         v = _Eval(values, env).go(src)
-        shape = (c1 - c0,) + tuple(a.extent for a in axes[1:])
+        shape = (1,) * depth + (c1 - c0,) + tuple(a.extent for a in axes[depth + 1:])
         v = torch.broadcast_to(torch.as_tensor(v, device=device), shape)
         if isinstance(body, Reduce):
             dims = tuple(range(len(op.axes), len(axes)))
             v = {"sum": lambda x: x.sum(dims), "max": lambda x: x.amax(dims),
                  "min": lambda x: x.amin(dims)}[body.combiner](v.float() if v.dtype == torch.bool else v)
-        chunks.append(v)
-    return torch.cat(chunks) if len(chunks) > 1 else chunks[0]
+        if out is None:
+            out = torch.empty(t.shape, dtype=v.dtype, device=device)
+        out[fixed + (slice(c0, c1),)] = v.reshape(v.shape[depth:])
+    return out
 
 
-def _grid(axes: list[IterVar], device: Any, first: tuple[int, int] | None = None) -> dict[IterVar, Any]:
+def _chunks(extents: list[int], spatial: int) -> Iterator[tuple[tuple[int, ...], tuple[int, int]]]:
+    """(fixed leading indices, range of the next axis): pieces of the index grid of at
+    most STAGE_CHUNK points, never cutting the reduce axes (the last `len - spatial`)."""
+    depth = 0
+    while depth < spatial - 1 and math.prod(extents[depth + 1:]) > STAGE_CHUNK:
+        depth += 1
+    inner = math.prod(extents[depth + 1:])
+    rows = max(1, STAGE_CHUNK // max(1, inner))
+    for fixed in itertools.product(*(range(n) for n in extents[:depth])):
+        for c0 in range(0, extents[depth], rows):
+            yield tuple(fixed), (c0, min(extents[depth], c0 + rows))
+
+
+def _grid(axes: list[IterVar], device: Any, fixed: tuple[int, ...] = (),
+          chunk: tuple[int, int] | None = None) -> dict[IterVar, Any]:
+    """Index tensors of the axes, broadcastable against each other: the first `len(fixed)`
+    at one index each, the next over `chunk`, the rest whole."""
     import torch
 
     env = {}
     for d, ax in enumerate(axes):
-        lo, hi = first if (d == 0 and first is not None) else (0, ax.extent)
+        if d < len(fixed):
+            lo, hi = fixed[d], fixed[d] + 1
+        elif d == len(fixed) and chunk is not None:
+            lo, hi = chunk
+        else:
+            lo, hi = 0, ax.extent
         env[ax] = torch.arange(lo, hi, device=device).reshape([-1 if k == d else 1 for k in range(len(axes))])
     return env
 

@@ -9,7 +9,12 @@ reads. Constraints keep the pipelined tiles within shared memory and the accumul
 within registers. A convolution may copy its NCHW/KCRS inputs channels-last first
 (RELAYOUT), so its gathers load along the reduction. A rows kernel chooses BLOCK_R rows
 per program and a BLOCK_C column chunk (one pass when it covers the row); an elementwise
-kernel its BLOCK. `seeds` are rules-of-thumb points
+kernel its BLOCK. Attention chooses BLOCK_M queries and BLOCK_N keys per step, warps and
+pipeline stages, SPLIT_KV (keys shared among programs when the queries alone cannot
+fill the GPU, as in a decode step), TMA (tiles loaded through tensor descriptors) and,
+when causal, MASK_SPLIT (blocks below the diagonal looped without the mask) and
+REVERSE_M (the longest query blocks first).
+`seeds` are rules-of-thumb points
 measured first, so the search starts from sensible kernels (as Ansor's sketch rules
 start from sensible structures).
 
@@ -28,6 +33,7 @@ from typing import Any
 
 from ...space import Categorical, Config, Ordinal, PowerOfTwo, Space
 from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, RowsPlan
+from .patterns_attention import AttentionPlan
 from .source import GenOptions
 
 H100_SMS = 132
@@ -55,6 +61,8 @@ def sketch(plan: GpuPlan, options: GenOptions | None = None, sms: int = H100_SMS
     options = options or GenOptions()
     if isinstance(plan, ContractionPlan):
         return _contraction(plan, options, sms)
+    if isinstance(plan, AttentionPlan):
+        return _attention(plan, options, sms)
     if isinstance(plan, RowsPlan):
         return _rows(plan)
     if isinstance(plan, ElementwisePlan):
@@ -136,6 +144,67 @@ def _tma_store_ok(plan: ContractionPlan, options: GenOptions) -> bool:
         return False
     item = 4 if options.storage(plan.output) == "float32" else HALF_BYTES
     return (plan.output.shape[-1] * item) % 16 == 0
+
+
+def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
+    """FlashAttention-2's blocking: 128-query tiles with 64 or 128 keys per step and 4 to 8
+    warps for long sequences, 16-query tiles with the keys split among programs for decoding."""
+    from .gen_attention import dot_types, pow2_at_least, tma_reads
+
+    nb, sq, skv, d, dv = plan.sizes
+    bd, be = pow2_at_least(d), pow2_at_least(dv)
+    item = 2 if dot_types(plan, options)[0] != "float32" else 4
+    top_m = min(256, pow2_at_least(sq))
+    top_n = min(256, pow2_at_least(skv))
+    causal = plan.causal is not None
+    key_blocks = -(-skv // 16)
+    splits = [1]
+    if nb * -(-sq // 64) < sms and skv >= 256:
+        splits = [s for s in (1, 2, 4, 8, 16, 32, 64) if s <= key_blocks]
+    # long sequences: at least a warpgroup's 64 rows (Hopper's wgmma) and 32 keys per step
+    low_m, low_n = (64 if sq >= 512 else 16), (32 if skv >= 512 else 16)
+    params = [
+        PowerOfTwo("BLOCK_M", low_m, top_m),
+        PowerOfTwo("BLOCK_N", low_n, top_n),
+        Ordinal("SPLIT_KV", splits),
+        Categorical("MASK_SPLIT", [True, False] if causal else [True]),
+        Categorical("REVERSE_M", [False, True] if causal and sq > 16 else [False]),
+        Categorical("TMA", [False, True] if tma_reads(plan, options) is not None else [False]),
+        Ordinal("num_warps", [2, 4, 8]),
+        Ordinal("num_stages", [1, 2, 3, 4, 5]),
+    ]
+    constraints = [
+        f"(BLOCK_M * {bd} + num_stages * BLOCK_N * {bd + be}) * {item} <= {SHARED_BYTES}",
+        f"BLOCK_M * ({be} + BLOCK_N) <= num_warps * 32 * 192",  # accumulator and scores in registers
+        "BLOCK_M * BLOCK_N >= num_warps * 32 * 4",
+        "num_warps < 8 or BLOCK_M >= 64",
+        f"(SPLIT_KV - 1) * BLOCK_N < {skv}",  # every share of the keys holds a block
+    ]
+    space = Space(params, constraints=constraints)
+    if sq <= 16:
+        tiles = ((16, 64, 4, 3), (16, 128, 4, 3), (16, 128, 8, 2), (16, 64, 2, 4), (16, 32, 4, 4), (16, 256, 8, 2))
+    elif d <= 64:
+        tiles = ((128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 32, 4, 4), (128, 64, 8, 4),
+                 (64, 32, 4, 4), (64, 128, 4, 2), (32, 32, 2, 3))
+    else:
+        tiles = ((128, 64, 8, 3), (128, 64, 4, 2), (128, 128, 8, 2), (64, 64, 4, 3), (128, 32, 4, 3),
+                 (64, 32, 4, 4), (64, 128, 4, 2), (32, 32, 2, 3))
+    tma = tma_reads(plan, options) is not None
+    # the first tiles also with TMA loads and (causal) with the longest query blocks first
+    reverse = causal and sq > 16
+    variants = [(tiles[0], False, False), (tiles[0], tma, False), (tiles[1], False, False), (tiles[0], False, reverse),
+                (tiles[2], False, False), (tiles[1], tma, False)] + [(t, False, False) for t in tiles[3:]]
+    seeds: list[Config] = []
+    for (bm, bn, w, st), with_tma, reverse in variants:
+        bm, bn = min(bm, top_m), min(bn, top_n)
+        programs = nb * -(-sq // bm)
+        split = 1
+        if splits != [1]:
+            want = max(1, sms // max(1, programs))
+            split = max(v for v in splits if v <= want and (v - 1) * bn < skv)
+        _add(space, seeds, {"BLOCK_M": bm, "BLOCK_N": bn, "SPLIT_KV": split, "MASK_SPLIT": True, "REVERSE_M": reverse,
+                            "TMA": with_tma, "num_warps": w, "num_stages": st})
+    return Sketch(plan, space, tuple(seeds[:10]))
 
 
 def _rows(plan: RowsPlan) -> Sketch:
