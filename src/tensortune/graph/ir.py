@@ -92,6 +92,7 @@ class Node:
     value: Any = None  # constant: the tensor
     reason: str = ""  # torch: why it was not lowered
     spec: Any = None  # te: how to make it again over other operands (an elementwise op or a reshape)
+    expensive: bool = False  # te: calls a math function (exp, cos, ...): not recomputed where it is read
 
     @property
     def is_te(self) -> bool:
@@ -161,7 +162,7 @@ class Graph:
                 continue
             m = Node(-1, n.kind, n.op, tuple(ids[i] for i in n.inputs), n.info, build=n.build, call=n.call,
                      role=n.role, origin=n.origin, alias=n.alias, flops=n.flops, value=n.value, reason=n.reason,
-                     spec=n.spec)
+                     spec=n.spec, expensive=n.expensive)
             ids[n.id] = new.add(m, positions.get(n.id))
         new.outputs = map_outputs(self.outputs, lambda r: OutputRef(ids[r.node]))
         return new

@@ -110,10 +110,11 @@ def te_edges(graph: Graph) -> list[tuple[int, int]]:
 
 
 def floating_nodes(graph: Graph) -> set[int]:
-    """Elementwise stages of inputs, weights and constants only: fused into every consumer."""
+    """Cheap elementwise stages of inputs, weights and constants only (reshapes, casts,
+    masks): fused into every consumer. One that calls a math function is computed once."""
     out: set[int] = set()
     for n in graph:
-        if n.kind == "te" and n.role == "elementwise" and all(
+        if n.kind == "te" and n.role == "elementwise" and not n.expensive and all(
                 graph.nodes[i].kind != "te" or i in out for i in n.inputs):
             out.add(n.id)
     return out
@@ -190,6 +191,9 @@ class _Groups:
         g = self.group.get(src)
         return g is not None and self.has_anchor(g)
 
+    def costly(self, g: int) -> bool:
+        return any(self.graph.nodes[m].expensive for m in self.members[g])
+
     def has_anchor(self, g: int) -> bool:
         return any(self.graph.nodes[m].role != "elementwise" for m in self.members[g])
 
@@ -215,6 +219,8 @@ def default_partition(graph: Graph, legal: Legal, *, multi_anchor: bool = False)
                     continue
                 if epilogues_only and groups.has_anchor(gc):
                     continue
+                if groups.has_contraction(gc) and not groups.has_anchor(gp) and groups.costly(gp):
+                    continue  # math functions in a matmul's loads run once per tile, not once per element
                 if graph.nodes[p].alias and groups.has_contraction(gc) and groups.anchored(p):
                     continue  # a matmul reads a reshape of another kernel's output: an alias, not index arithmetic
                 if groups.try_merge([gc, gp]):

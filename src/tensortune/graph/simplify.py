@@ -49,7 +49,7 @@ def sink_views(graph: Graph) -> Graph:
             continue
         m = Node(-1, n.kind, n.op, tuple(vals[i].node for i in n.inputs), n.info, build=n.build, call=n.call,
                  role=n.role, origin=n.origin, alias=n.alias, flops=n.flops, value=n.value, reason=n.reason,
-                 spec=n.spec)
+                 spec=n.spec, expensive=n.expensive)
         vals[n.id] = Val(new.add(m), n.info) if n.info is not None else Val(new.add(m), n.info)
     new.outputs = map_outputs(graph.outputs, lambda r: OutputRef(vals[r.node].node))
     return new.pruned()

@@ -27,6 +27,16 @@ from .runtime import KernelStep
 KINDS = ("contraction", "rows", "elementwise")
 
 
+def kernel_kind(graph: Graph, nodes: frozenset[int]) -> str | None:
+    """The GPU pattern these stages make as one kernel, or None. A matrix product is only
+    taken as a contraction (or inside attention): as row reductions it would run one
+    dot product per output element."""
+    kind = gpu_kind(build_kernel(graph, stage_nodes(graph, nodes)).output)
+    if kind in ("rows", "elementwise") and any(graph.nodes[n].role == "contraction" for n in nodes):
+        return None
+    return kind
+
+
 def _kernel_dtypes(graph: Graph, nodes: frozenset[int]) -> set[str]:
     out = set()
     for n in nodes:
@@ -51,7 +61,7 @@ class CpuTarget:
         dtypes = _kernel_dtypes(graph, nodes)
         if "bfloat16" in dtypes and "bfloat16" not in FLOAT_TYPES:
             return False
-        return gpu_kind(build_kernel(graph, stage_nodes(graph, nodes)).output) in KINDS
+        return kernel_kind(graph, nodes) in KINDS
 
     def search(self, kernel: KernelGraph, *, db: Any, seed: int, budget_hint: int | None) -> "CpuSearch":
         return CpuSearch(kernel, db, seed, self.jobs, self.timer, budget_hint)
@@ -136,7 +146,7 @@ class CudaTarget:
             self.device = "cpu"
 
     def legal(self, graph: Graph, nodes: frozenset[int]) -> bool:
-        kind = gpu_kind(build_kernel(graph, stage_nodes(graph, nodes)).output)
+        kind = kernel_kind(graph, nodes)
         return kind is not None and (kind in KINDS or self.multi_anchor)
 
     def search(self, kernel: KernelGraph, *, db: Any, seed: int, budget_hint: int | None) -> "CudaTaskSearch":

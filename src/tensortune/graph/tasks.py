@@ -43,13 +43,23 @@ class GraphTask:
 
 
 def label_of(graph: Graph, spec: KernelSpec) -> str:
-    ops = [graph.nodes[i].op.split(".")[1] if graph.nodes[i].op.startswith("aten.") else graph.nodes[i].op
-           for i in spec.nodes]
-    shown = [o for o in dict.fromkeys(ops) if o not in ("view", "permute", "expand", "t", "clone", "unsqueeze",
-                                                          "_to_copy", "squeeze", "slice")] or ops[:1]
+    """A short name: the kernel's anchor ops (matmul, reductions, attention), then the
+    elementwise work fused around them, then the output's shape."""
+    def name(op: str) -> str:
+        if op.startswith("attention."):
+            return "attention"
+        return op.split(".")[1] if op.startswith("aten.") else op
+    nodes = [graph.nodes[i] for i in spec.nodes]
+    anchors = [name(n.op) for n in nodes if n.role != "elementwise"]
+    rest = [name(n.op) for n in nodes if n.role == "elementwise"]
+    shown = [o for o in dict.fromkeys(anchors + rest) if o not in _QUIET] or [name(nodes[-1].op)]
     info = graph.nodes[spec.root].info
     shape = "x".join(str(s) for s in info.shape) if info and info.shape else "scalar"
     return f"{'+'.join(shown[:4])}{'+...' if len(shown) > 4 else ''} {shape}"
+
+
+_QUIET = {"view", "permute", "expand", "t", "clone", "unsqueeze", "_to_copy", "squeeze", "slice", "select",
+          "split_with_sizes", "cat", "index", "bitwise_and", "logical_and"}
 
 
 def collect_tasks(graph: Graph, kernels: Sequence[KernelSpec]) -> list[GraphTask]:

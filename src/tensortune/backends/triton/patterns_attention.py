@@ -123,7 +123,7 @@ def match_attention(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
     uses_p, uses_v = itervars(p_side), itervars(v_side)
     groups: dict[str, list[int]] = {"b": [], "m": [], "e": []}
     for d, ax in enumerate(spatial):
-        if ax in uses_p and ax in uses_v:
+        if (ax in uses_p and ax in uses_v) or ax.extent == 1:  # a unit axis (a batch of one) reads index 0 anywhere
             groups["b"].append(d)
         elif ax in uses_p:
             groups["m"].append(d)

@@ -25,7 +25,7 @@ import torch
 from ... import te
 from ..ir import ValueInfo
 from . import register
-from .context import LoweringContext, Unsupported, Val
+from .context import LoweringContext, Unsupported, Val, read
 from .reductions import rows
 
 
@@ -69,57 +69,40 @@ def attention(ctx: LoweringContext, q: Val, k: Val, v: Val, mask: Val | None, dr
     def scores(name: str, qt: te.Tensor, kt: te.Tensor) -> te.Tensor:
         r = te.reduce_axis(d, "d")
         return te.compute((b, h, sq, skv), lambda x, y, i, j: te.sum(qt[x, y, i, r] * kt[x, head(y), j, r], axis=r),
-                          name=name, axis_names=["b", "h", "i", "j"])
+                          name=name, axis_names=["i0", "i1", "i2", "i3"])
 
     s = ctx.stage(scores, [q, k], ValueInfo((b, h, sq, skv), q.dtype), op="attention.scores")
-    masked = mask is not None or is_causal
-    operands: list[Any] = [s]
-    if mask is not None:
-        operands.append(mask)
-
-    def logits(v_: Any, *m: Any) -> Any:
-        x = v_ * scale
-        if mask is not None:
-            x = te.select(m[0], x, float("-inf")) if mask.dtype == "bool" else x + m[0]
-        return x
-
     shape = (b, h, sq, skv)
-    if is_causal:
-        causal = ctx.elementwise(lambda i, j: j <= i, [_index(ctx, shape, 2), _index(ctx, shape, 3)], "bool",
-                                 shape=shape, op="attention.causal")
-        operands.append(causal)
-        inner = logits
+    inputs = [s] + ([mask] if mask is not None else [])
+    neg_inf = float("-inf")
 
-        def logits(v_: Any, *m: Any) -> Any:  # noqa: F811 - the causal select around the mask
-            return te.select(m[-1], inner(v_, *m[:-1]), float("-inf"))
+    def logits(name: str, st: te.Tensor, *mt: te.Tensor) -> te.Tensor:
+        def body(z: Any, y: Any, i: Any, j: Any) -> Any:
+            x = te.cast(st[z, y, i, j], "float32") * scale
+            keep = None
+            if mask is not None:
+                m = read(mt[0], mask.shape, (z, y, i, j), shape)
+                if mask.dtype == "bool":
+                    keep = te.not_equal(m, te.const(0, m.dtype))
+                else:
+                    x = x + te.cast(m, "float32")
+            if is_causal:  # torch's is_causal: the diagonal from the top left
+                keep = (j <= i) if keep is None else te.all(j <= i, keep)
+            return x if keep is None else te.select(keep, x, neg_inf)
+        return te.compute(shape, body, name=name, axis_names=["i0", "i1", "i2", "i3"])
 
-    cdt = ["float32"] + (["bool" if mask is not None and mask.dtype == "bool" else "float32"] if mask is not None
-                         else []) + (["bool"] if is_causal else [])
-    lg = ctx.elementwise(logits, operands, "float32", shape=shape, compute=cdt, op="attention.logits")
+    lg = ctx.stage(logits, inputs, ValueInfo(shape, "float32"), op="attention.logits")
     mx = ctx.reduce("max", lg, [3], op="attention.max")
-    m = rows(mx, lg, [3])
-    if masked:
-        total = ctx.reduce("sum", lg, [3], extra=[m], op="attention.sum",
-                           prologue=lambda x, mm: te.select(te.equal(mm, float("-inf")), te.const(0.0, "float32"),
-                                                            te.exp(x - mm)))
-        p = ctx.elementwise(lambda x, mm, t: te.select(te.equal(mm, float("-inf")), te.const(0.0, "float32"),
-                                                       te.exp(x - mm) / t), [lg, m, rows(total, lg, [3])], q.dtype,
-                            op="attention.probs")
-    else:
-        total = ctx.reduce("sum", lg, [3], extra=[m], prologue=lambda x, mm: te.exp(x - mm), op="attention.sum")
-        p = ctx.elementwise(lambda x, mm, t: te.exp(x - mm) / t, [lg, m, rows(total, lg, [3])], q.dtype,
-                            op="attention.probs")
+    # a row whose every key is masked subtracts 0 (its exponentials are 0) and divides by 1: zeros, as torch gives
+    e = ctx.elementwise(lambda x, m: te.exp(x - te.select(m > neg_inf, m, 0.0)), [lg, rows(mx, lg, [3])],
+                        "float32", op="attention.exp")
+    total = ctx.reduce("sum", e, [3], op="attention.sum")
+    p = ctx.elementwise(lambda x, t: x / te.select(t > 0.0, t, 1.0), [e, rows(total, e, [3])], q.dtype,
+                        op="attention.probs")
 
     def output(name: str, pt: te.Tensor, vt: te.Tensor) -> te.Tensor:
         r = te.reduce_axis(skv, "j")
         return te.compute((b, h, sq, dv), lambda x, y, i, e: te.sum(pt[x, y, i, r] * vt[x, head(y), r, e], axis=r),
-                          name=name, axis_names=["b", "h", "i", "e"])
+                          name=name, axis_names=["i0", "i1", "i2", "i3"])
 
     return ctx.stage(output, [p, v], ValueInfo((b, h, sq, dv), q.dtype), op="attention.output")
-
-
-def _index(ctx: LoweringContext, shape: tuple[int, ...], dim: int) -> Val:
-    """The index along `dim` as an int32 tensor of `shape` (a stage with no inputs)."""
-    def build(name: str) -> te.Tensor:
-        return te.compute(shape, lambda *idx: idx[dim], name=name, axis_names=[f"i{k}" for k in range(len(shape))])
-    return ctx.stage(build, [], ValueInfo(shape, "int32"), op="attention.index")

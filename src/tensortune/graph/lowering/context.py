@@ -161,6 +161,9 @@ class LoweringContext:
             raise AssertionError(f"lowering of {node.op} made {probe.dtype}{list(probe.shape)}, expected "
                                  f"{want[1]}{list(want[0])}")
         node.role, node.flops = classify(probe)
+        from ...te.expr import Call
+        from ...te.visit import walk
+        node.expensive = any(isinstance(x, Call) for x in walk(probe.op.body))
         return Val(self.graph.add(node), info)
 
     # -- helpers ---------------------------------------------------------------------------------
