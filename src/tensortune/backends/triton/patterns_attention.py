@@ -123,7 +123,7 @@ def match_attention(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
     uses_p, uses_v = itervars(p_side), itervars(v_side)
     groups: dict[str, list[int]] = {"b": [], "m": [], "e": []}
     for d, ax in enumerate(spatial):
-        if (ax in uses_p and ax in uses_v) or ax.extent == 1:  # a unit axis (a batch of one) reads index 0 anywhere
+        if ax in uses_p and ax in uses_v:
             groups["b"].append(d)
         elif ax in uses_p:
             groups["m"].append(d)
@@ -131,6 +131,12 @@ def match_attention(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
             groups["e"].append(d)
         else:
             return None
+    for g in ("m", "e"):  # a unit axis (a batch of one, read at index 0 on one side) is a batch axis
+        if len(groups[g]) > 1:
+            units = [d for d in groups[g] if spatial[d].extent == 1]
+            keep = [d for d in groups[g] if spatial[d].extent != 1] or units[-1:]
+            groups["b"] = sorted(groups["b"] + [d for d in groups[g] if d not in keep])
+            groups[g] = keep
     if len(groups["m"]) != 1 or len(groups["e"]) != 1:
         return None  # not attention's shape (a row reduction reading a reduction of the same rows, say)
     batch = tuple(Axis(Var(f"b{i}"), spatial[d].extent) for i, d in enumerate(groups["b"]))
