@@ -165,6 +165,12 @@ class _Groups:
                     stack.append(p)
         return frozenset(out)
 
+    def is_legal(self, nodes: set[int]) -> bool:
+        key = self.with_floating(nodes)
+        if key not in self._legal:
+            self._legal[key] = self.legal(self.graph, key)
+        return self._legal[key]
+
     def try_merge(self, ids: list[int]) -> bool:
         union: set[int] = set().union(*(self.members[g] for g in ids))
         if self.outside_readers(union) != 1:
@@ -172,10 +178,7 @@ class _Groups:
         for g in ids:
             if self.reaches(self.members[g], union - self.members[g], union):
                 return False
-        key = self.with_floating(union)
-        if key not in self._legal:
-            self._legal[key] = self.legal(self.graph, key)
-        if not self._legal[key]:
+        if not self.is_legal(union):
             return False
         keep = ids[0]
         for g in ids[1:]:
@@ -186,7 +189,11 @@ class _Groups:
         return True
 
     def anchored(self, alias: int) -> bool:
-        """Whether a reshape's input is computed by a contraction or reduction (so it is in memory)."""
+        """Whether a reshape that needs index arithmetic (`//`, `%`) reads the output of a
+        contraction or reduction (so its input is in memory and the reshape is free)."""
+        spec = self.graph.nodes[alias].spec
+        if getattr(spec, "affine", False):
+            return False
         src = self.graph.nodes[alias].inputs[0]
         g = self.group.get(src)
         return g is not None and self.has_anchor(g)
@@ -225,11 +232,43 @@ def default_partition(graph: Graph, legal: Legal, *, multi_anchor: bool = False)
                     continue  # a matmul reads a reshape of another kernel's output: an alias, not index arithmetic
                 if groups.try_merge([gc, gp]):
                     changed = True
+    _dissolve(graph, groups)
     if multi_anchor:
         _merge_chains(graph, groups, edges)
     fused = {(p, c) for p, c in edges if p in floating or
              (p in groups.group and c in groups.group and groups.group[p] == groups.group[c])}
     return Partition(frozenset(fused))
+
+
+def _dissolve(graph: Graph, groups: _Groups) -> None:
+    """Cheap elementwise work left in a kernel of its own (a cast or a norm's scaling read
+    by kernels that could not take it whole: a rows kernel and the matmuls after it) is
+    computed in each of its readers instead, where every reader stays a kernel."""
+    changed = True
+    while changed:
+        changed = False
+        for g in list(groups.members):
+            members = groups.members.get(g)
+            if members is None:
+                continue
+            nodes = [graph.nodes[m] for m in members]
+            if any(n.role != "elementwise" or n.expensive or n.id in groups.outputs for n in nodes):
+                continue
+            readers = {c for m in members for c in groups.consumers[m] if c not in members}
+            if not readers or any(c not in groups.group for c in readers):
+                continue
+            targets = {groups.group[c] for c in readers}
+            if any(n.alias and groups.anchored(n.id) for n in nodes) and any(
+                    groups.has_contraction(t) for t in targets):
+                continue  # a reshape of a kernel's output stays an alias of its buffer
+            groups.floating.update(members)
+            if all(groups.is_legal(groups.members[t]) for t in targets):
+                del groups.members[g]
+                for m in members:
+                    del groups.group[m]
+                changed = True
+            else:
+                groups.floating.difference_update(members)
 
 
 def _merge_chains(graph: Graph, groups: _Groups, edges: list[tuple[int, int]]) -> None:

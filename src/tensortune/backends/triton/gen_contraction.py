@@ -209,6 +209,9 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
                      ranges=ranges, storage=storage, shapes=shapes, prefix="tb")
         b_name = eb.native(plan.factor_b, feed)
         loop += ea.lines + eb.lines
+        # a factor whose address skips a side (a single row, M = 1) loads a thinner tile: widen it for tl.dot
+        loop += [f"{a_name} = tl.broadcast_to({a_name}, ({bm}, {bk}))",
+                 f"{b_name} = tl.broadcast_to({b_name}, ({bk}, {bn}))"]
         if not even_k:
             loop += [f"{a_name} = tl.where(k_ok_a, {a_name}, 0)", f"{b_name} = tl.where(k_ok_b, {b_name}, 0)"]
         loop += [f"acc = tl.dot({a_name}, {b_name}, acc{precision})"]

@@ -30,7 +30,7 @@ from ...te.tensor import Tensor
 from .exprgen import TL_TYPES
 from .patterns import Axis, GpuPlan
 
-CODEGEN_VERSION = "1"
+CODEGEN_VERSION = "2"
 TORCH_TYPES = {"float16": "torch.float16", "bfloat16": "torch.bfloat16", "float32": "torch.float32",
                "int32": "torch.int32"}
 

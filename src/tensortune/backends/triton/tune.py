@@ -106,6 +106,17 @@ def recorded_best(db: Database, workload: Workload, target: Target) -> Any:
     return min(records, key=lambda r: r.time) if records else None
 
 
+def graph_tolerance(output: Tensor, storage: str) -> float | None:
+    """The check's tolerance when a stage rounds to a half type the output does not have
+    (a bfloat16 sum widened to a float32 output); None: the output's own dtype decides."""
+    from ...measure.gpu.args import tolerance_for
+    from ...te.tensor import graph
+
+    own = tolerance_for(storage)
+    widest = max((tolerance_for(t.dtype) for t in graph(output)), default=own)
+    return widest if widest > own else None
+
+
 def output_of(obj: Any) -> Tensor:
     """The output tensor of a tensor, a one-element sequence, a `te.workloads` computation,
     or a function returning one of these."""
@@ -179,9 +190,10 @@ class CudaSearch:
             specs = tuple(TensorArg(a.tensor.shape, a.dtype) for a in args[:-1])
         specs += (TensorArg(args[-1].tensor.shape, args[-1].dtype, output=True),)
         reference = TorchReference(self.plan.output, tuple(a.name for a in args[:-1]))
+        tol = graph_tolerance(self.plan.output, args[-1].dtype)
         return GpuTask(GeneratedLaunch(self.generator.directory, self.generator.prefix), specs, reference=reference,
                        device="cpu" if self.interpret else "cuda", timer=self.timer or default_timer(self.interpret),
-                       name=self.workload.id_text)
+                       name=self.workload.id_text, rtol=tol, atol=tol)
 
     def _setup(self) -> Tuner:
         from ...measure.gpu import GpuRunner

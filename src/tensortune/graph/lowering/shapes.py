@@ -42,14 +42,24 @@ def _same(ctx: LoweringContext, x: Val, shape: Sequence[int], index_fn: Any, *, 
         return te.compute(te_shape(out_shape), body, name=name, axis_names=axis_names(len(out_shape)))
 
     return ctx.stage(build, [x], ValueInfo(out_shape, x.dtype), op=op, alias=alias,
-                     spec=ViewSpec(out_shape) if alias else None)
+                     spec=ViewSpec(out_shape, _affine(x.shape, out_shape)) if alias else None)
+
+
+def _affine(in_shape: Sequence[int], out_shape: Sequence[int]) -> bool:
+    from ...te.expr import Binary, Var
+    from ...te.visit import walk
+    idx = [Var(f"v{d}") for d in range(len(out_shape))]
+    return not any(isinstance(x, Binary) and x.op in ("floordiv", "mod")
+                   for e in view_index(in_shape, out_shape, idx) if not isinstance(e, int) for x in walk(e))
 
 
 @dataclass(frozen=True)
 class ViewSpec:
-    """A reshape of contiguous data to `shape`."""
+    """A reshape of contiguous data to `shape`; `affine` when reading through it needs no
+    `//` or `%` (it only merges dimensions or adds and drops ones)."""
 
     shape: tuple[int, ...]
+    affine: bool = True
 
 
 def _resolve(shape: Sequence[int], numel: int) -> tuple[int, ...]:
