@@ -142,8 +142,12 @@ class _Groups:
         return count
 
     def reaches(self, start: set[int], target: set[int], avoid: set[int]) -> bool:
-        """Whether a path leaves `start` and reaches `target` through nodes outside `avoid`."""
-        stack = [c for m in start for c in self.consumers[m] if c not in avoid]
+        """Whether a path leaves `start` and reaches `target` through nodes outside `avoid`
+        (node ids are topological: nothing past the last target can lead back to it)."""
+        if not target:
+            return False
+        last = max(target)
+        stack = [c for m in start for c in self.consumers[m] if c not in avoid and c <= last]
         seen: set[int] = set()
         while stack:
             x = stack.pop()
@@ -152,7 +156,7 @@ class _Groups:
             if x in seen:
                 continue
             seen.add(x)
-            stack.extend(c for c in self.consumers[x] if c not in avoid or c in target)
+            stack.extend(c for c in self.consumers[x] if (c not in avoid or c in target) and c <= last)
         return False
 
     def with_floating(self, nodes: set[int]) -> frozenset[int]:

@@ -97,28 +97,52 @@ class CompileReport:
 
 
 def profile(plan: Any, inputs: Sequence[Any], device: str, runs: int = 5) -> dict[int, float]:
-    """Median seconds of each step of `plan` (by position) over `runs` calls."""
+    """Seconds of each step of `plan` (by position) per call: on the GPU the device time of
+    the kernels each step launches (torch's profiler), so the host's time between launches
+    (which a CUDA graph removes) is no step's; on the CPU the median wall time of the step."""
+    if device == "cuda":
+        try:
+            return _profile_cuda(plan, inputs, runs)
+        except Exception:  # noqa: BLE001 - a profiler that cannot run here: time with events instead
+            pass
+    return _profile_wall(plan, inputs, device, runs)
+
+
+def _profile_cuda(plan: Any, inputs: Sequence[Any], runs: int) -> dict[int, float]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile as torch_profile, record_function
+
+    plan.run(inputs)  # warm-up outside the profile
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(runs):
+            plan.run(inputs, around=lambda pos: record_function(f"tensortune_step_{pos}"))
+        torch.cuda.synchronize()
+    totals: dict[int, float] = {pos: 0.0 for pos in range(len(plan.steps))}
+    for e in prof.events():
+        if e.name.startswith("tensortune_step_"):
+            pos = int(e.name.rsplit("_", 1)[1])
+            totals[pos] += float(getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0.0))) * 1e-6
+    if not any(totals.values()):
+        raise RuntimeError("the profiler saw no device time")
+    return {pos: t / runs for pos, t in totals.items()}
+
+
+def _profile_wall(plan: Any, inputs: Sequence[Any], device: str, runs: int) -> dict[int, float]:
+    import contextlib
+
     import torch
 
     times: dict[int, list[float]] = {}
-    steps = plan.steps
-    cuda = device == "cuda"
-    for _ in range(runs):
-        marks: list[Any] = []
 
-        def hook(pos: int) -> None:
-            if cuda:
-                e = torch.cuda.Event(enable_timing=True)
-                e.record()
-                marks.append(e)
-            else:
-                marks.append(time.perf_counter())
-        plan.run(inputs, hooks=hook)
-        if cuda:
+    @contextlib.contextmanager
+    def timed(pos: int) -> Any:
+        start = time.perf_counter()
+        yield
+        if device == "cuda":
             torch.cuda.synchronize()
-            for pos in range(len(steps)):
-                times.setdefault(pos, []).append(marks[pos].elapsed_time(marks[pos + 1]) / 1e3)
-        else:
-            for pos in range(len(steps)):
-                times.setdefault(pos, []).append(marks[pos + 1] - marks[pos])
+        times.setdefault(pos, []).append(time.perf_counter() - start)
+
+    for _ in range(runs):
+        plan.run(inputs, around=timed)
     return {pos: statistics.median(v) for pos, v in times.items()}

@@ -21,6 +21,7 @@ Example (`compile` builds plans; a plan runs like the graph it came from):
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,10 +129,10 @@ class Plan:
         return self.run(args)
 
     def run(self, args: Sequence[Any], record: dict[int, Any] | None = None,
-            override: dict[int, Any] | None = None, hooks: Callable[[int], None] | None = None) -> Any:
+            override: dict[int, Any] | None = None, around: Callable[[int], Any] | None = None) -> Any:
         """The graph's outputs; `record` collects every value; `override` feeds given
-        values (in torch form) to the steps instead of computed ones; `hooks(k)` is called
-        before step k and once more after the last (for timing)."""
+        values (in torch form) to the steps instead of computed ones; `around(k)` is a
+        context manager each step k runs in (for timing)."""
         import torch
 
         graph = self.graph
@@ -162,34 +163,36 @@ class Plan:
             return v.reshape(_shape(info.shape)) if v.dim() == 0 else v
 
         for pos, s in enumerate(self.steps):
-            if hooks is not None:
-                hooks(pos)
-            if isinstance(s, KernelStep):
-                info = graph.nodes[s.root].info
-                assert info is not None
-                out = self.buffers.get(s.root)
-                if out is None:
-                    out = torch.empty(_shape(info.shape), dtype=torch_dtype(te_dtype(info.dtype)), device=self.device)
-                s.run([kernel_form(r) for r in s.reads], out)
-                vals[s.root] = out.reshape(info.shape) if not info.shape else out
-                stored.add(s.root)
-            elif s[0] == "alias":
-                a = s[1]
-                src = self.aliases[a]
-                info = graph.nodes[a].info
-                assert info is not None
-                vals[a] = vals[src].reshape(info.shape if info.shape else ())
-                if src in stored:
-                    stored.add(a)
-            else:
-                n = graph.nodes[s[1]]
-                vals[n.id] = n.call(*[torch_form(i) for i in n.inputs])
-        if hooks is not None:
-            hooks(len(self.steps))
+            with around(pos) if around is not None else contextlib.nullcontext():
+                self._step(s, vals, stored, kernel_form, torch_form)
         if record is not None:
             for i in vals:
                 record[i] = torch_form(i)
         return map_outputs(graph.outputs, lambda r: _fresh(torch_form(r.node), r.node, self))
+
+    def _step(self, s: Any, vals: dict[int, Any], stored: set[int], kernel_form: Any, torch_form: Any) -> None:
+        import torch
+
+        graph = self.graph
+        if isinstance(s, KernelStep):
+            info = graph.nodes[s.root].info
+            assert info is not None
+            out = self.buffers.get(s.root)
+            if out is None:
+                out = torch.empty(_shape(info.shape), dtype=torch_dtype(te_dtype(info.dtype)), device=self.device)
+            s.run([kernel_form(r) for r in s.reads], out)
+            vals[s.root] = out.reshape(info.shape) if not info.shape else out
+            stored.add(s.root)
+        elif s[0] == "alias":
+            a, src = s[1], self.aliases[s[1]]
+            info = graph.nodes[a].info
+            assert info is not None
+            vals[a] = vals[src].reshape(info.shape if info.shape else ())
+            if src in stored:
+                stored.add(a)
+        else:
+            n = graph.nodes[s[1]]
+            vals[n.id] = n.call(*[torch_form(i) for i in n.inputs])
 
 
 def _fresh(value: Any, node: int, plan: Plan) -> Any:

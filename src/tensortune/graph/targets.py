@@ -27,13 +27,19 @@ from .runtime import KernelStep
 KINDS = ("contraction", "rows", "elementwise")
 
 
-def kernel_kind(graph: Graph, nodes: frozenset[int]) -> str | None:
+def kernel_kind(graph: Graph, nodes: frozenset[int], cache: dict[str, str | None] | None = None) -> str | None:
     """The GPU pattern these stages make as one kernel, or None. A matrix product is only
     taken as a contraction (or inside attention): as row reductions it would run one
-    dot product per output element."""
-    kind = gpu_kind(build_kernel(graph, stage_nodes(graph, nodes)).output)
+    dot product per output element. `cache` keeps answers by kernel text (every layer
+    of a model asks the same questions)."""
+    kernel = build_kernel(graph, stage_nodes(graph, nodes))
+    if cache is not None and kernel.text in cache:
+        return cache[kernel.text]
+    kind = gpu_kind(kernel.output)
     if kind in ("rows", "elementwise") and any(graph.nodes[n].role == "contraction" for n in nodes):
-        return None
+        kind = None
+    if cache is not None:
+        cache[kernel.text] = kind
     return kind
 
 
@@ -55,13 +61,14 @@ class CpuTarget:
     name: str = "cpu"
     device: str = "cpu"
     multi_anchor: bool = False
+    _kinds: dict[str, str | None] = field(default_factory=dict, repr=False)
 
     def legal(self, graph: Graph, nodes: frozenset[int]) -> bool:
         from ..te.dtype import FLOAT_TYPES
         dtypes = _kernel_dtypes(graph, nodes)
         if "bfloat16" in dtypes and "bfloat16" not in FLOAT_TYPES:
             return False
-        return kernel_kind(graph, nodes) in KINDS
+        return kernel_kind(graph, nodes, self._kinds) in KINDS
 
     def search(self, kernel: KernelGraph, *, db: Any, seed: int, budget_hint: int | None) -> "CpuSearch":
         return CpuSearch(kernel, db, seed, self.jobs, self.timer, budget_hint)
@@ -137,6 +144,7 @@ class CudaTarget:
     device: str = "cuda"
     multi_anchor: bool = True
     cache_dir: str | None = None
+    _kinds: dict[str, str | None] = field(default_factory=dict, repr=False)
     _runner: Any = field(default=None, repr=False)
     _compiler: Any = field(default=None, repr=False)
 
@@ -146,7 +154,7 @@ class CudaTarget:
             self.device = "cpu"
 
     def legal(self, graph: Graph, nodes: frozenset[int]) -> bool:
-        kind = kernel_kind(graph, nodes)
+        kind = kernel_kind(graph, nodes, self._kinds)
         return kind is not None and (kind in KINDS or self.multi_anchor)
 
     def search(self, kernel: KernelGraph, *, db: Any, seed: int, budget_hint: int | None) -> "CudaTaskSearch":
