@@ -30,7 +30,7 @@ class Runner(Protocol):
 
 def failed_build(build: BuildResult) -> MeasureResult:
     assert build.error is not None
-    return MeasureResult.failed(build.config, build.error, build.message,
+    return MeasureResult.failed(build.config, build.error, build.message, build.environment,
                                 compile_seconds=build.compile_seconds, extra={"stage": "build"})
 
 
