@@ -183,8 +183,8 @@ MAX_DEPTH = 8  # nesting of lists and objects in a configuration or extra
 def check_record(rec: Record) -> None:
     """Raise ValueError unless the record is one tensortune could have written: times
     finite and positive (none if it failed), durations finite and not negative,
-    configuration values plain (numbers, strings, booleans, None, lists of them), no value
-    too long or nested too deep."""
+    configuration values plain (numbers, strings, booleans, None, lists and objects of
+    them), no value too long or nested too deep."""
     for label, text in (("workload name", rec.workload.name), ("source hash", rec.workload.source_hash),
                         ("target device", rec.target.device), ("message", rec.message)):
         if not isinstance(text, str) or len(text) > MAX_TEXT:
@@ -203,7 +203,7 @@ def check_record(rec: Record) -> None:
     for name, value in rec.config.items():
         if len(name) > 256:
             raise ValueError(f"parameter name {name[:40]!r}... is too long")
-        _check_plain(value, f"config value {name}", 0, allow_objects=False)
+        _check_plain(value, f"config value {name}", 0, allow_objects=True)
     if not isinstance(rec.extra, dict):
         raise ValueError("extra is not an object")
     _check_plain(rec.extra, "extra", 0, allow_objects=True)
