@@ -1,5 +1,7 @@
 /* A saxpy kernel with one fault per MODE, for the fault-injection suite (test_faults.py).
-   MODE 0 is correct; SLOW adds useless work so that candidates differ in speed. */
+   GOOD and FAST are correct (GOOD does useless work first); every other MODE is a fault
+   (FORK is correct, and slow too, but leaves a child running).
+   COMPILE_HANG includes HANG_INCLUDE (a FIFO nobody writes), defined by the test. */
 #define _GNU_SOURCE
 #include <link.h>
 #include <math.h>
@@ -13,9 +15,6 @@
 
 #ifndef MODE
 #define MODE 0
-#endif
-#ifndef SLOW
-#define SLOW 0
 #endif
 
 #define GOOD 0
@@ -32,6 +31,12 @@
 #define GARBAGE 11
 #define PARTIAL_HEADER 12
 #define NO_COMPILE 13
+#define FAST 14
+#define COMPILE_HANG 15
+
+#if MODE == COMPILE_HANG
+#include HANG_INCLUDE
+#endif
 
 static int count_objects(struct dl_phdr_info *info, size_t size, void *data) {
     (void)info; (void)size;
@@ -108,9 +113,9 @@ void saxpy(const float *x, float *y, float a, int n) {
 #elif MODE == NO_COMPILE
     this does not compile;
 #endif
-#if SLOW
+#if MODE == GOOD || MODE == FORK
     volatile float sink = 0;
-    for (int r = 0; r < SLOW * 1000; r++) sink += (float)r;
+    for (int r = 0; r < 20000; r++) sink += (float)r;
 #endif
 #if MODE == WRONG
     for (int i = 0; i < n; i++) y[i] = a * x[i];

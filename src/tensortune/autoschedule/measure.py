@@ -37,7 +37,7 @@ from ..backends.c_codegen import FLAGS, generate_c
 from ..backends.c_compiler import CCompiler, load_function
 from ..measure import (BuildResult, CandidateError, ErrorKind, IsolatedWorker, MeasureResult, Timer, check_close,
                        failed_build, worker_state)
-from ..measure.attribution import WorkerRuns
+from ..measure.attribution import WorkerRuns, measured_result
 from ..measure.errors import environment_cause
 from ..measure.worker import default_memory_limit
 from ..space import Config
@@ -245,26 +245,20 @@ class SketchRunner:
                 return worker.call(run_candidate, cand.library, cand.function, self.spec, self.timer, seed,
                                    self.refresh, cutoff)
 
-            amendments: tuple[MeasureResult, ...] = ()
-            try:
-                measured = self.runs.measure(b.config, call)
-                amendments = measured.amendments
-                if measured.note:
-                    extra["worker_lost_unattributed"] = measured.note
-                result = MeasureResult(b.config, tuple(measured.value), compile_seconds=b.compile_seconds,
-                                       run_seconds=time.perf_counter() - start, extra=extra)
-            except CandidateError as exc:
-                result = MeasureResult.failed(b.config, exc.kind, str(exc), exc.environment,
-                                              compile_seconds=b.compile_seconds,
-                                              run_seconds=time.perf_counter() - start, extra=extra)
+            measured = self.runs.measure(b.config, call)
+            result = measured_result(b, measured, time.perf_counter() - start, extra)
             if result.ok:
                 self.best = min(self.best, min(result.times))
             if not result.environment:
                 self._by_source[cand.source_hash] = result
             yield result
-            for amendment in amendments:
-                self._by_source = {k: v for k, v in self._by_source.items() if v.config != amendment.config}
-                yield amendment
+            yield from self._amended(measured.amendments)
+        yield from self._amended(self.runs.finish())
+
+    def _amended(self, amendments: Sequence[MeasureResult]) -> Iterator[MeasureResult]:
+        for amendment in amendments:
+            self._by_source = {k: v for k, v in self._by_source.items() if v.config != amendment.config}
+            yield amendment
 
     @property
     def worker(self) -> IsolatedWorker:

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..measure import (BuildResult, CandidateError, IsolatedWorker, MeasureResult, ProcessPoolBuilder,
+from ..measure import (BuildResult, IsolatedWorker, MeasureResult, ProcessPoolBuilder,
                        Timer, check_close, failed_build, worker_state)
-from ..measure.attribution import WorkerRuns
+from ..measure.attribution import WorkerRuns, measured_result
 from ..measure.worker import default_memory_limit
 from ..space import Config
 from .c_compiler import CCompiler, load_function
@@ -168,16 +168,10 @@ class CRunner:
             def call(worker: IsolatedWorker, library: str = b.artifact, seed: int = 1000 + self._checks) -> Any:
                 return worker.call(run_c_candidate, library, self.problem, self.timer, seed)
 
-            try:
-                measured = self.runs.measure(b.config, call)
-            except CandidateError as exc:
-                yield MeasureResult.failed(b.config, exc.kind, str(exc), exc.environment,
-                                           compile_seconds=b.compile_seconds, run_seconds=time.perf_counter() - start)
-                continue
-            extra = {"worker_lost_unattributed": measured.note} if measured.note else {}
-            yield MeasureResult(b.config, tuple(measured.value), compile_seconds=b.compile_seconds,
-                                run_seconds=time.perf_counter() - start, extra=extra)
+            measured = self.runs.measure(b.config, call)
+            yield measured_result(b, measured, time.perf_counter() - start)
             yield from measured.amendments
+        yield from self.runs.finish()
 
     def close(self) -> None:
         self.runs.close()

@@ -65,6 +65,7 @@ _TEXT_CAUSES = (
     ("disk quota exceeded", "disk quota exceeded"),
     ("read-only file system", "read-only file system"),
     ("file too large", "file size limit reached"),
+    ("file size limit exceeded", "file size limit reached"),
     ("cannot allocate memory", "the system is out of memory"),
     ("busy or unavailable", "the GPU is busy or unavailable"),
     ("cudaerrordevicesunavailable", "the GPU is busy or unavailable"),

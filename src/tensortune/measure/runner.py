@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .attribution import WorkerRuns
+from .attribution import WorkerRuns, measured_result
 from .errors import CandidateError, WrongResult, environment_cause
 from .result import BuildResult, MeasureResult
 from .timer import Timer
@@ -134,16 +134,10 @@ class IsolatedCallableRunner:
             def call(worker: IsolatedWorker, kwargs: dict[str, Any] = dict(b.config)) -> Any:
                 return worker.call(_call_and_time, self.fn, kwargs, self.timer, self.reference)
 
-            try:
-                measured = self.runs.measure(b.config, call)
-            except CandidateError as exc:
-                yield MeasureResult.failed(b.config, exc.kind, str(exc), exc.environment,
-                                           run_seconds=time.perf_counter() - start)
-                continue
-            extra = {"worker_lost_unattributed": measured.note} if measured.note else {}
-            yield MeasureResult(b.config, tuple(measured.value), run_seconds=time.perf_counter() - start,
-                                extra=extra)
+            measured = self.runs.measure(b.config, call)
+            yield measured_result(b, measured, time.perf_counter() - start)
             yield from measured.amendments
+        yield from self.runs.finish()
 
     def close(self) -> None:
         self.runs.close()

@@ -231,6 +231,21 @@ class IsolatedWorker:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    def alive(self) -> bool:
+        """False when the process died since its last call (no process yet counts as alive)."""
+        return self._proc is None or self._proc.is_alive()
+
+    def settled(self, seconds: float) -> bool:
+        """Whether the process is still alive after `seconds` (what a call left running may
+        crash it after the call returned)."""
+        if self._proc is None:
+            return True
+        return not mp.connection.wait([self._proc.sentinel], timeout=seconds)
+
+    def exit_description(self) -> str:
+        code = self._proc.exitcode if self._proc is not None else None
+        return f"worker process died ({_describe_exit(code)})"
+
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=_serve, args=(child, self.env, self.niceness), daemon=True)
