@@ -213,6 +213,49 @@ def test_a_killed_tuner_takes_its_worker_and_what_candidates_started_with_it(tmp
     assert sorted(r.config["MODE"] for r in db.records(W, T)) == [MODES["good"], MODES["fork"]]
 
 
+HUNG_BUILD = """
+import sys
+from pathlib import Path
+from fault_helpers import MODES, fault_problem
+from tensortune.backends import CBuilder, CCompiler
+from tensortune.space import Config
+
+if __name__ == "__main__":
+    folder = Path(sys.argv[1])
+    builder = CBuilder(fault_problem(folder / "never-written.h"), CCompiler(cache_dir=folder / "cache", timeout=600),
+                       jobs=2)
+    print("building", flush=True)
+    builder.build([Config(MODE=MODES["compile_hang"]), Config(MODE=MODES["good"])])
+"""
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_a_killed_tuner_takes_its_build_processes_and_their_hung_compiler_with_it(tmp_path, mark):
+    os.mkfifo(tmp_path / "never-written.h")
+    script = tmp_path / "build.py"
+    script.write_text(HUNG_BUILD)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                            env=_child_env(mark))
+    try:
+        assert proc.stdout.readline().strip() == "building"
+        deadline = time.monotonic() + 60
+        while not any(b"cc1" in _cmdline(p) for p in left_behind(mark, within=0)) and time.monotonic() < deadline:
+            time.sleep(0.2)  # until the compiler is stuck on the FIFO
+        assert time.monotonic() < deadline, "the compiler never started"
+        proc.kill()
+        proc.wait(timeout=30)
+        assert left_behind(mark) == [], "a build process or its compiler outlived the tuner"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_compiler_past_its_memory_limit_is_out_of_resources_and_the_build_goes_on(tmp_path, mark):
     ten = ",".join(["1"] * 10)
     source = f"#define A1 {ten}\n" + "".join(f"#define A{k} " + ",".join([f"A{k - 1}"] * 10) + "\n"

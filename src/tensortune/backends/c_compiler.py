@@ -187,9 +187,15 @@ def _run_bounded(cmd: list[str], timeout: float, cc: str,
                  memory_limit: int | None = None) -> subprocess.CompletedProcess[str]:
     """Run the compiler in its own process group, so that a timeout ends the whole group
     (the driver's cc1, as, ld), not only the driver; with no input (it never reads the
-    tuner's terminal) and, on Linux, at most `memory_limit` bytes of address space each."""
+    tuner's terminal) and, on Linux, at most `memory_limit` bytes of address space each.
+    Should this process die meanwhile, a build process's exit hook or, failing that,
+    coreutils' `timeout` ends the compiler."""
     if shutil.which(cc) is None:
         raise _compiler_missing(cc)
+    if shutil.which("timeout"):
+        # a backstop that outlives this process: should it die while the compiler hangs,
+        # coreutils' timeout still ends the compiler's whole group a little after the limit
+        cmd = ["timeout", "-s", "KILL", str(math.ceil(timeout) + 5), *cmd]
     if memory_limit:
         # the shell sets the limit between fork and exec, which Python cannot do safely
         # from a threaded process; the compiler's own processes inherit it

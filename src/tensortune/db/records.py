@@ -170,7 +170,7 @@ class Record:
             _number(d, "created_at"),
             _obj(d, "extra", {}),
         )
-        check_record(rec)
+        check_record(rec, imported=True)
         return rec
 
 
@@ -180,9 +180,9 @@ MAX_ITEMS = 1024  # parameters in a configuration, entries of a list, times
 MAX_DEPTH = 8  # nesting of lists and objects in a configuration or extra
 
 
-def check_record(rec: Record) -> None:
+def check_record(rec: Record, imported: bool = False) -> None:
     """Raise ValueError unless the record is one tensortune could have written: times
-    finite and positive (none if it failed), durations finite and not negative,
+    finite and not negative (positive in an `imported` file), durations finite and not negative,
     configuration values plain (numbers, strings, booleans, None, lists and objects of
     them), no value too long or nested too deep."""
     for label, text in (("workload name", rec.workload.name), ("source hash", rec.workload.source_hash),
@@ -192,7 +192,7 @@ def check_record(rec: Record) -> None:
     if len(rec.times) > 100 * MAX_ITEMS:
         raise ValueError(f"{len(rec.times)} times, more than any measurement makes")
     for t in rec.times:
-        if not isinstance(t, float) or not math.isfinite(t) or t <= 0:
+        if not _is_number(t) or not math.isfinite(t) or t < 0 or imported and t == 0:
             raise ValueError(f"time {t!r} is not a finite positive number of seconds")
     for label, value in (("compile_seconds", rec.compile_seconds), ("run_seconds", rec.run_seconds),
                          ("created_at", rec.created_at)):
