@@ -10,7 +10,7 @@ with the default strategy (`auto`: `evolutionary` below 100 trials, `screened_tp
 The model's library is imported before any row is timed.
 
 Usage (from the repository root):
-    .venv/bin/python benchmarks/tune_overhead.py [--budgets 50,200] [--seeds 3] \
+    .venv/bin/python benchmarks/tune_overhead.py [--budgets 50,200,500] [--seeds 3] \
         [--json docs/benchmarks/tune_overhead.json]
 """
 
@@ -75,7 +75,7 @@ def optuna_row(budget: int, seed: int) -> dict[str, float]:
 def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--budgets", default="50,200")
+    parser.add_argument("--budgets", default="50,200,500")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--json", default=os.path.join(here, "..", "docs", "benchmarks", "tune_overhead.json"))
     args = parser.parse_args()

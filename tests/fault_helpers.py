@@ -113,3 +113,33 @@ def busy_gpu_once(flag: str, n: int) -> int:
         Path(flag).write_text("called")
         raise RuntimeError("CUDA error: all CUDA-capable devices are busy or unavailable")
     return sum(range(n))
+
+
+# ---- a launch for GpuRunner (the runner of @autotune), run on the CPU -------------------------
+def _into_sockets(data: bytes) -> None:
+    import stat
+
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                os.write(fd, data)
+        except OSError:
+            pass
+
+
+def gpu_launch(config, x, out) -> None:
+    """`out = 2 * x`, unless `config["fault"]` injects a fault into the worker."""
+    fault = config.get("fault", "none")
+    if fault == "garbage":
+        _into_sockets(b"not a reply at all")
+    elif fault == "partial_header":
+        _into_sockets(b"TTr1\0\0")
+        time.sleep(3600)
+    elif fault == "fork":
+        state = __import__("tensortune.measure", fromlist=["worker_state"]).worker_state()
+        if "forked" not in state:
+            state["forked"] = os.fork()
+            if state["forked"] == 0:
+                while True:
+                    time.sleep(1)
+    out.copy_(x * 2)

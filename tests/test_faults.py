@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from pathlib import Path
@@ -166,6 +165,27 @@ def test_bytes_written_into_the_channel_after_a_reply_do_not_fail_the_next_call(
         worker.call(_write_into_the_channel, b"late garbage", 0.0, True)
         time.sleep(1.0)
         assert worker.call(abs, -3) == 3 and worker.discarded == 1
+    assert left_behind(mark) == []
+
+
+def test_the_gpu_runner_of_autotune_survives_a_garbled_channel_and_leaves_no_forked_child(mark):
+    """GpuRunner (what @autotune measures with) under the CPU path: garbage or a partial
+    frame on the result channel fails that candidate only; a forked child dies with the
+    runner."""
+    pytest.importorskip("torch")
+    from tensortune.measure import BuildResult
+    from tensortune.measure.cuda_timer import CudaTimer
+    from tensortune.measure.gpu import GpuRunner, GpuTask, TensorArg
+
+    task = GpuTask("fault_helpers:gpu_launch", (TensorArg((256,)), TensorArg((256,), output=True)),
+                   reference="tensortune.measure.gpu.fakes:reference", device="cpu",
+                   timer=CudaTimer(clock="host", budget_seconds=0.01, warmup_seconds=0.0))
+    faults = ["none", "garbage", "fork", "partial_header", "none"]
+    with GpuRunner(task, timeout=5, startup_timeout=120) as runner:
+        results = list(runner.run([BuildResult(Config(fault=f, k=i)) for i, f in enumerate(faults)]))
+    by_fault = {r.config["k"]: r for r in results}
+    assert [by_fault[i].error for i in range(5)] == [None, ErrorKind.CRASHED, None, ErrorKind.TIMEOUT, None]
+    assert "malformed reply" in by_fault[1].message and "no result within" in by_fault[3].message
     assert left_behind(mark) == []
 
 
@@ -511,6 +531,29 @@ def test_an_imported_record_is_never_built_unless_its_configuration_is_in_the_sp
     with pytest.raises(CandidateError, match="not a number, boolean or identifier"):
         CCompiler(cache_dir=tmp_path).compile(problem.source, {"TILE_M": payload})
     assert left_behind(mark) == []
+
+
+def test_the_cpu_auto_scheduler_never_builds_a_recorded_configuration_outside_its_space(tmp_path):
+    """A crafted record, claimed confirmed and fastest, with a configuration that is not the
+    sketches' own: the rebuild skips it (before, it raised on every call, retune or not)."""
+    import warnings
+
+    from tensortune.autoschedule import autoschedule
+    from tensortune.te import workloads
+
+    db_path = tmp_path / "r.db"
+    timer = Timer(warmup_seconds=0, min_repeats=2, max_repeats=3, budget_seconds=0)
+    first = autoschedule(workloads.matmul(16, 16, 16), budget=4, db=db_path, progress=False, timer=timer, confirm=1)
+    db = Database(db_path)
+    bogus = {**dict(first.config), "sketch": "C:no_such_sketch; system('x')"}
+    db.add(first.workload, Target.cpu(), tt.MeasureResult(Config(bogus), (1e-12,), extra={"confirmed": True}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a configuration outside the space is not even tried
+        again = autoschedule(workloads.matmul(16, 16, 16), budget=4, db=db_path, progress=False, timer=timer)
+    assert again.from_db and again.config == first.config
+    retuned = autoschedule(workloads.matmul(16, 16, 16), budget=2, db=db_path, progress=False, timer=timer,
+                           retune=True, confirm=1)
+    assert retuned.config != bogus and not retuned.from_db
 
 
 def test_a_damaged_row_and_a_corrupt_file(tmp_path):

@@ -188,7 +188,8 @@ class _Session:
     """One problem's search: its tuner (kept between rounds of a task scheduler)."""
 
     def __init__(self, problem: Problem, db: Database, target: Target, strategy: str, seed: int,
-                 jobs: int, progress: bool, timer: Timer | None, expected_trials: int | None = None) -> None:
+                 jobs: int, progress: bool, timer: Timer | None, expected_trials: int | None = None,
+                 retry_failed: bool = False) -> None:
         self.problem = problem
         self.db, self.target = db, target
         sp = problem.sketch_space
@@ -200,7 +201,7 @@ class _Session:
             create_strategy(strategy, sp.space, seed=seed, budget=expected_trials)
         self.tuner = Tuner(sp.space, self.runner, workload=problem.workload, target=target, db=db,
                            builder=self.builder, strategy=chooser, budget=expected_trials, seed=seed, batch_size=8,
-                           progress=progress, description=problem.name)
+                           progress=progress, description=problem.name, retry_failed=retry_failed)
         self.results: list[MeasureResult] = []
         self.seconds = 0.0
 
@@ -299,21 +300,22 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
                  db: Database | str | os.PathLike[str] | None = None, *, args: Sequence[Tensor] | None = None,
                  name: str | None = None, strategy: str = "evolutionary", seed: int = 0, jobs: int | None = None,
                  retune: bool = False, confirm: int = 4, confirm_rounds: int = 7, progress: bool | None = None,
-                 timer: Timer | None = None, **gpu_options: Any) -> ScheduledKernel:
+                 timer: Timer | None = None, retry_failed: bool = False, **gpu_options: Any) -> ScheduledKernel:
     """Search for a fast schedule of the expressions and return it compiled and verified.
 
     `outputs_or_function`: output tensor(s), a `te.workloads` computation, or a function
     returning either. `budget`: trials (int), seconds (float) or a `Budget` (default 64
     trials). With records of these expressions in `db`, the recorded winner is rebuilt
-    without searching, unless `retune` (then the search resumes from the records).
+    without searching, unless `retune` (then the search resumes from the records) or
+    `retry_failed` (the same, measuring again the candidates recorded as failed).
     `strategy`: "evolutionary" (cost-model guided) or any registered strategy name.
     `jobs`: compile processes (default 2 on the CPU, one per core for CUDA).
     `target="cuda"` hands the graph to the GPU auto-scheduler (`backends.triton`), with
     `strategy`, `jobs`, `timer`, `confirm` (> 1: re-time finalists) and `gpu_options` passed on.
     """
     if target in GPU_TARGETS:
-        if args is not None or name is not None:
-            raise TEError("args= and name= apply to target='cpu' only")
+        if args is not None or name is not None or retry_failed:
+            raise TEError("args=, name= and retry_failed= apply to target='cpu' only")
         from ..backends.triton import autoschedule_cuda
         return autoschedule_cuda(outputs_or_function, budget=64 if budget is None else budget, db=db, seed=seed,
                                  strategy=strategy, jobs=jobs, timer=timer, confirm=confirm > 1, retune=retune,
@@ -324,13 +326,13 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
     problem = Problem.of(outputs_or_function, args, name)
     database = _open_db(db)
     tgt = Target.cpu()
-    if not retune:
+    if not (retune or retry_failed):
         kernel = rebuild_recorded(problem, database, tgt, 0, 0.0, True)
         if kernel is not None:
             return kernel
     limit = Budget.of(budget, default_trials=64)
     session = _Session(problem, database, tgt, strategy, seed, 2 if jobs is None else jobs, _progress(progress),
-                       timer, limit.trials)
+                       timer, limit.trials, retry_failed)
     session.run(limit)
     return session.finish(confirm, confirm_rounds)
 
