@@ -138,8 +138,8 @@ class WorkerRuns:
             value = ran.run(self.worker)  # alone, in a fresh process
         except WorkerLost as again:
             self._take()
-            return Measured(error=WorkerLost(again.kind, f"{again} (it did so again alone in a fresh worker)", 0),
-                            amendments=amendments)
+            return Measured(error=WorkerLost(again.kind, f"{again} (it did so again alone in a fresh worker)", 0,
+                                             again.environment), amendments=amendments)
         except CandidateError as exc:
             self._remember(ran)
             return Measured(error=exc, amendments=amendments)

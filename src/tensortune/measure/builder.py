@@ -94,14 +94,21 @@ class ProcessPoolBuilder:
         todo = list(dict.fromkeys(configs))
         inflight: dict[cf.Future, tuple[Config, float]] = {}
         while todo or inflight:
-            pool = self._ensure_pool()
-            while todo and len(inflight) < self.jobs:
-                cfg = todo.pop(0)
-                try:
-                    inflight[pool.submit(_timed_build, self.build_fn, cfg)] = (cfg, time.monotonic() + self.timeout)
-                except cf.BrokenExecutor:
-                    todo.insert(0, cfg)
-                    break
+            try:
+                pool = self._ensure_pool()
+                while todo and len(inflight) < self.jobs:
+                    try:
+                        fut = pool.submit(_timed_build, self.build_fn, todo[0])
+                    except cf.BrokenExecutor:
+                        break
+                    inflight[fut] = (todo.pop(0), time.monotonic() + self.timeout)
+            except OSError as exc:  # no build process can be started: the system's doing
+                cause = environment_cause(exc) or "build processes cannot be started"
+                for cfg in [c for c, _ in inflight.values()] + todo:
+                    results[cfg] = BuildResult(cfg, None, ErrorKind.CRASHED, f"cannot start a build process: {exc}",
+                                               environment=cause)
+                self._restart()
+                break
             if not inflight:
                 self._restart()
                 continue

@@ -164,8 +164,8 @@ class WorkerLost(CandidateError):
     too much memory, and was killed. `served` is how many calls it had answered before
     this one (0: nothing else ran in that process, so this call alone is to blame)."""
 
-    def __init__(self, kind: ErrorKind, message: str, served: int) -> None:
-        super().__init__(kind, message)
+    def __init__(self, kind: ErrorKind, message: str, served: int, environment: str = "") -> None:
+        super().__init__(kind, message, environment)
         self.served = served
 
 
@@ -263,16 +263,21 @@ class IsolatedWorker:
         Raises WorkerLost (timeout, crashed, out_of_resources: the process is gone) or
         CandidateError (the kind the candidate raised).
         """
-        if self._proc is None or not self._proc.is_alive():
-            if self._proc is not None:
+        try:
+            if self._proc is None or not self._proc.is_alive():
+                if self._proc is not None:
+                    self._kill()
+                self._start()
+            elif self._unasked_bytes():
+                # an earlier candidate (or what it left running) wrote into the channel after
+                # its reply: that process cannot be trusted with this call
                 self._kill()
-            self._start()
-        elif self._unasked_bytes():
-            # an earlier candidate (or what it left running) wrote into the channel after
-            # its reply: that process cannot be trusted with this call
-            self._kill()
-            self.discarded += 1
-            self._start()
+                self.discarded += 1
+                self._start()
+        except OSError as exc:  # no process could be started: the system's doing
+            self._proc = self._conn = None
+            raise WorkerLost(ErrorKind.CRASHED, f"cannot start a worker process: {exc}", 0,
+                             environment_cause(exc) or "a worker process cannot be started") from exc
         limit = self.timeout if timeout is None else timeout
         self._calls += 1
         served = self._served
