@@ -272,6 +272,15 @@ class Tuner:
                         if self._out_of_time(start):
                             break
                     self.strategy.tell(told)
+                late = tuple(getattr(self.runner, "late_results", tuple)())
+                for result in late:  # amendments that showed only after the last candidate
+                    self._record(result, session)
+                    new.append(result)
+                    for cb in self.callbacks:
+                        cb(result)
+                if late:
+                    self.strategy.tell(late)
+                    best = best_of(tuple(prior) + tuple(new))
             status = "finished" if not stopped else "environment"
         finally:
             if self.db and session:

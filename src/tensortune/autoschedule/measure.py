@@ -37,7 +37,7 @@ from ..backends.c_codegen import FLAGS, generate_c
 from ..backends.c_compiler import CCompiler, load_function
 from ..measure import (BuildResult, CandidateError, ErrorKind, IsolatedWorker, MeasureResult, Timer, check_close,
                        failed_build, worker_state)
-from ..measure.attribution import WorkerRuns, measured_result
+from ..measure.attribution import LATE_SETTLE_SECONDS, WorkerRuns, measured_result
 from ..measure.errors import environment_cause
 from ..measure.worker import default_memory_limit
 from ..space import Config
@@ -263,6 +263,11 @@ class SketchRunner:
     @property
     def worker(self) -> IsolatedWorker:
         return self.runs.worker
+
+    def late_results(self) -> tuple[MeasureResult, ...]:
+        """At the end of a run: amendments for a worker that died just after its last
+        candidate returned (what that candidate left running)."""
+        return tuple(self._amended(self.runs.finish(settle=LATE_SETTLE_SECONDS)))
 
     def close(self) -> None:
         self.runs.close()

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..measure import (BuildResult, IsolatedWorker, MeasureResult, ProcessPoolBuilder,
                        Timer, check_close, failed_build, worker_state)
-from ..measure.attribution import WorkerRuns, measured_result
+from ..measure.attribution import LATE_SETTLE_SECONDS, WorkerRuns, measured_result
 from ..measure.worker import default_memory_limit
 from ..space import Config
 from .c_compiler import CCompiler, load_function
@@ -172,6 +172,11 @@ class CRunner:
             yield measured_result(b, measured, time.perf_counter() - start)
             yield from measured.amendments
         yield from self.runs.finish()
+
+    def late_results(self) -> tuple[MeasureResult, ...]:
+        """At the end of a run: amendments for a worker that died just after its last
+        candidate returned (what that candidate left running)."""
+        return self.runs.finish(settle=LATE_SETTLE_SECONDS)
 
     def close(self) -> None:
         self.runs.close()

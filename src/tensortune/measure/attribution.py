@@ -15,8 +15,9 @@ once X was loaded. So before anything is recorded as crashed:
 3. If no replay loses the worker, the loss is noted on X's result
    (`extra["worker_lost_unattributed"]`) and nothing is recorded as crashed.
 
-A process found dead between calls (before X starts, or at the end of a batch: `finish`)
-is attributed the same way, each suspect replayed with the candidate that followed it.
+A process found dead between calls (before X starts, at the end of a batch, or a moment
+after the run's last candidate: `finish`) is attributed the same way, each suspect
+replayed with the candidate that followed it.
 A loss in a process that had run nothing before (`WorkerLost.served == 0`) is the
 candidate's own at once. Timeouts are not replayed (a replay would cost another timeout).
 
@@ -42,6 +43,7 @@ from .result import BuildResult, MeasureResult
 from .worker import IsolatedWorker, WorkerLost
 
 REPLAYED_KINDS = (ErrorKind.CRASHED, ErrorKind.OUT_OF_RESOURCES)
+LATE_SETTLE_SECONDS = 0.2  # how long the end of a run watches the worker its last candidate left
 
 
 @dataclass(frozen=True)
@@ -109,9 +111,11 @@ class WorkerRuns:
         self._remember(ran)
         return Measured(value, amendments=amendments)
 
-    def finish(self) -> tuple[MeasureResult, ...]:
-        """Amendments for a worker that died after the last call of a batch returned."""
-        if self._recent and not self.worker.alive():
+    def finish(self, settle: float = 0.0) -> tuple[MeasureResult, ...]:
+        """Amendments for a worker that died after the last call of a batch returned,
+        looked at after `settle` seconds (0 at the end of a batch: the next batch's first
+        call looks again; the end of a run waits a little)."""
+        if self._recent and not (self.worker.settled(settle) if settle else self.worker.alive()):
             return self._blame(self._take(), None, self.worker.exit_description())
         return ()
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .attribution import WorkerRuns, measured_result
+from .attribution import LATE_SETTLE_SECONDS, WorkerRuns, measured_result
 from .errors import CandidateError, WrongResult, environment_cause
 from .result import BuildResult, MeasureResult
 from .timer import Timer
@@ -24,7 +24,11 @@ from .worker import IsolatedWorker, classify_exception, default_memory_limit, wo
 
 
 class Runner(Protocol):
-    """Measures built candidates; failures become failed results, never exceptions."""
+    """Measures built candidates; failures become failed results, never exceptions.
+
+    A runner may also have `late_results()`, which the tuner calls once at the end of a
+    run: results that could only show after the last candidate returned (amendments
+    blaming a candidate whose leftovers crashed the worker afterwards)."""
 
     def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]: ...
 
@@ -138,6 +142,11 @@ class IsolatedCallableRunner:
             yield measured_result(b, measured, time.perf_counter() - start)
             yield from measured.amendments
         yield from self.runs.finish()
+
+    def late_results(self) -> tuple[MeasureResult, ...]:
+        """At the end of a run: amendments for a worker that died just after its last
+        candidate returned (what that candidate left running)."""
+        return self.runs.finish(settle=LATE_SETTLE_SECONDS)
 
     def close(self) -> None:
         self.runs.close()
