@@ -24,6 +24,7 @@ SCRIPTS = {  # script -> (arguments, keys its JSON must have); DIR is a folder h
     "model_extra_features.py": (["--datasets", "DIR", "--splits", "2"], {"datasets", "model"}),
     "model_optimum_rank.py": (["--dataset", SOFTMAX, "--fractions", "0.1", "--splits", "2"],
                               {"neighbourhood", "results"}),
+    "tune_overhead.py": (["--budgets", "12", "--seeds", "1"], {"machine", "results"}),
 }
 
 

@@ -4,7 +4,7 @@ from click.testing import CliRunner
 
 from tensortune.cli.main import cli
 from tensortune.db import Database, Target, Workload
-from tensortune.measure import MeasureResult
+from tensortune.measure import ErrorKind, MeasureResult
 from tensortune.space import Config
 
 
@@ -20,7 +20,7 @@ def seeded_db(path):
 def test_help_everywhere():
     runner = CliRunner()
     for args in ([], ["demo"], ["db"], ["db", "list"], ["db", "show"], ["db", "best"], ["db", "export"],
-                 ["db", "import"]):
+                 ["db", "import"], ["db", "delete"]):
         out = runner.invoke(cli, args + ["--help"])
         assert out.exit_code == 0, out.output
         assert "Usage" in out.output
@@ -110,7 +110,7 @@ def test_bad_arguments_and_files_are_messages_not_tracebacks(tmp_path):
         assert not isinstance(out.exception, Exception) or isinstance(out.exception, SystemExit), (args, out.exception)
 
 
-def test_a_damaged_record_is_a_message_in_every_db_command(tmp_path):
+def test_a_damaged_record_is_named_and_the_others_shown_in_every_db_command(tmp_path):
     import sqlite3
 
     path = tmp_path / "a.db"
@@ -119,10 +119,52 @@ def test_a_damaged_record_is_a_message_in_every_db_command(tmp_path):
     conn.execute("UPDATE records SET times_json='[' WHERE id=2")
     conn.commit()
     conn.close()
-    for args in (["db", "show", "1"], ["db", "best", "1"], ["db", "export", str(tmp_path / "r.jsonl")]):
+    export = tmp_path / "r.jsonl"
+    for args, shown in ((["db", "show", "1"], "BLOCK"), (["db", "best", "1", "-k", "4"], '"BLOCK":64'),
+                        (["db", "export", str(export)], "exported 3 records")):
         out = CliRunner().invoke(cli, ["--db", str(path)] + args)
-        assert out.exit_code == 1 and "record 2 is damaged" in out.output, (args, out.output)
-        assert isinstance(out.exception, SystemExit), (args, out.exception)
+        assert out.exit_code == 0 and shown in out.output, (args, out.output)
+        assert "skipped 1 damaged record(s)" in out.output and "record 2 (JSONDecodeError" in out.output, out.output
+    assert len(export.read_text().splitlines()) == 3
+    out = CliRunner().invoke(cli, ["--db", str(path), "db", "best", "1", "-k", "4", "--json"])
+    assert {r["config"]["BLOCK"] for r in json.loads(out.stdout)} == {16, 48, 64}  # record 2 held 32
+
+
+def test_workload_names_and_messages_are_printed_as_text_not_markup(tmp_path):
+    path = tmp_path / "a.db"
+    db = Database(path)
+    w = Workload.make("k[/]ernel [bold]x[/bold]", "src")
+    db.add(w, Target.make("cpu", "dev[/"), MeasureResult.failed(Config(B=[1, 2]), ErrorKind.CRASHED, "boom [/x]"))
+    for args in (["db", "list"], ["db", "show", "1"]):
+        out = CliRunner().invoke(cli, ["--db", str(path)] + args)
+        assert out.exit_code == 0 and "k[/]ernel [bold]x[/bold]@" in out.output, out.output
+    out = CliRunner().invoke(cli, ["--db", str(path), "db", "show", "1"])
+    assert "crashed: boom [/x]" in out.output and "dev[/" in out.output and '{"B":[1,2]}' in out.output
+
+
+def test_db_delete_by_workload_and_by_kind(tmp_path):
+    path = tmp_path / "a.db"
+    w = seeded_db(path)
+    db = Database(path)
+    t = Target.make("cpu", "test")
+    db.add(w, t, MeasureResult.failed(Config(BLOCK=99), ErrorKind.CRASHED, "boom"))
+    db.add(w, t, MeasureResult.failed(Config(BLOCK=98), ErrorKind.COMPILE_ERROR, "disk", environment="no space"))
+    other = Workload.make("other", "src")
+    db.add(other, t, MeasureResult.failed(Config(BLOCK=1), ErrorKind.CRASHED, "boom"))
+    runner = CliRunner()
+    out = runner.invoke(cli, ["--db", str(path), "db", "delete"])
+    assert out.exit_code == 2 and "name a WORKLOAD" in out.output
+    out = runner.invoke(cli, ["--db", str(path), "db", "delete", "--environment"], input="n\n")
+    assert out.exit_code == 1 and "Aborted" in out.output and len(db.records(w)) == 6
+    out = runner.invoke(cli, ["--db", str(path), "db", "delete", "--environment", "--yes"])
+    assert "deleted 1 record(s)" in out.output and len(db.records(w)) == 5
+    out = runner.invoke(cli, ["--db", str(path), "db", "delete", "my.kernel", "--kind", "crashed", "--yes"])
+    assert "deleted 1 record(s)" in out.output and [r.ok for r in db.records(w)] == [True] * 4
+    assert len(db.records(other)) == 1
+    out = runner.invoke(cli, ["--db", str(path), "db", "delete", "--failed", "--yes"])
+    assert "deleted 1 record(s)" in out.output and db.records(other) == []
+    out = runner.invoke(cli, ["--db", str(path), "db", "delete", "1", "--yes"])
+    assert "deleted 4 record(s)" in out.output and db.records(w) == []
 
 
 def test_demo_refuses_bad_options_before_touching_the_database(tmp_path):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tensortune.db import Database, DatabaseError, Target, Workload, export_jsonl, import_jsonl
+from tensortune.db import DamagedRecords, Database, DatabaseError, Target, Workload, export_jsonl, import_jsonl
 from tensortune.measure import ErrorKind, MeasureResult
 from tensortune.space import Config
 
@@ -98,16 +98,21 @@ def test_truncated_file_is_a_clear_error_and_untouched(tmp_path):
 
 @pytest.mark.parametrize("column, value", [("config_json", "not json"), ("times_json", "[1,"),
                                            ("error", "no_such_kind"), ("extra_json", "{")])
-def test_a_damaged_record_is_named(tmp_path, column, value):
+def test_a_damaged_record_is_named_and_skipped_not_hiding_the_others(tmp_path, column, value):
     path = _filled(tmp_path / "t.db", 5)
     conn = sqlite3.connect(path)
     conn.execute(f"UPDATE records SET {column}=? WHERE id=3", (value,))
     conn.commit()
     conn.close()
-    with pytest.raises(DatabaseError, match=r"t.db: record 3 is damaged"):
-        Database(path).records(W, T)
-    with pytest.raises(DatabaseError, match="record 3"):
-        list(Database(path).all_records())
+    before = path.read_bytes()
+    db = Database(path)
+    with pytest.warns(DamagedRecords, match=r"t.db: record 3 is damaged"):
+        records = db.records(W, T)
+    assert [r.config["a"] for r in records] == [0, 1, 3, 4] and list(db.damaged) == [3]
+    assert db.best(W, T).config["a"] == 0
+    with pytest.warns(DamagedRecords, match="record 3"):
+        assert len(list(Database(path).all_records())) == 4
+    assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize("damage, message", [

@@ -187,3 +187,25 @@ def test_a_crash_after_the_processes_have_worked_gets_no_startup_hint():
         with pytest.raises(CandidateError) as err:
             w.call(os._exit, 1)
     assert "exit code 1" in str(err.value) and "__main__" not in str(err.value)
+
+
+def test_processes_that_cannot_be_started_fail_their_candidates_as_the_environments(monkeypatch):
+    """fork failing with EAGAIN (too many processes) fails the candidates, as the
+    environment's doing (retried later), instead of the tuning run."""
+    import errno
+    import multiprocessing.context
+
+    def refuse(self):
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", refuse)
+    with pytest.raises(CandidateError) as err:
+        IsolatedWorker(timeout=5).call(abs, -1)
+    assert err.value.kind is ErrorKind.CRASHED and err.value.environment == "the system cannot start more processes"
+    builder = ProcessPoolBuilder(_niceness, jobs=2)
+    try:
+        out = builder.build([Config(a=1), Config(a=2), Config(a=3)])
+    finally:
+        builder.close()
+    assert [r.environment for r in out] == ["the system cannot start more processes"] * 3
+    assert all(r.error is ErrorKind.CRASHED and "cannot start a build process" in r.message for r in out)

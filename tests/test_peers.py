@@ -85,14 +85,22 @@ def test_bench_strategies_runs_peers_side_by_side(tmp_path):
     assert bad.exit_code != 0 and "unknown Kernel Tuner strategy" in bad.output
 
 
-def test_worker_processes_share_one_plain_copy_of_a_cache(tmp_path, monkeypatch):
-    import tempfile
+def test_worker_processes_share_one_plain_copy_of_a_cache_in_the_users_own_folder(tmp_path, monkeypatch):
+    import hashlib
 
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
-    (tmp_path / "tmp").mkdir()
+    from tensortune.bench.peers import _plain_cache
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # spawned workers inherit it
     path = _write_space(tmp_path / "small.json")
     res = CliRunner().invoke(cli, ["bench", "strategies", "--dataset", path, "--budgets", "4", "--repeats", "4",
                                    "--strategies", "kt:random_sample", "--jobs", "2"])
     assert res.exit_code == 0, res.output
     # two worker processes, eight peer runs: one copy, no partial files left behind
-    assert [p.suffix for p in (tmp_path / "tmp" / "tensortune-peers").iterdir()] == [".json"]
+    folder = tmp_path / "home" / ".cache" / "tensortune" / "peers"
+    (copy,) = folder.iterdir()
+    assert copy.suffix == ".json" and folder.stat().st_mode & 0o077 == 0
+    # a file planted under the copy's name is not trusted: its content must match the name
+    copy.write_text('{"cache": {}, "planted": true}')
+    _plain_cache.cache_clear()
+    assert _plain_cache(path)[0] == str(copy) and "planted" not in copy.read_text()
+    assert hashlib.sha256(copy.read_bytes()).hexdigest().startswith(copy.stem)

@@ -226,3 +226,39 @@ def test_values_are_found_again_as_configurations_and_records_give_them_back(val
     stored = [r.config for r in Database(tmp_path / "t.db").records(w, t)]
     assert all(c in s for c in stored)
     assert {s.to_point(c) for c in stored} == {s.to_point(c) for c in s}
+
+
+@pytest.mark.parametrize("text, refused", [
+    ("().__class__.__bases__[0].__subclasses__()", "a call of ().__class__"),
+    ("a.__class__ is int", "attribute access (.__class__)"),
+    ("__import__('os').system('touch /tmp/x') == 0", "a call of __import__"),
+    ("open('/etc/passwd') is None", "a call of open"),
+    ("[a for a in (1, 2)] == [1]", "a comprehension"),
+    ("(lambda: a)() == 1", "lambda"),
+    ("max(a, default=1) > 0", "keyword arguments"),
+    ("f'{a}' == '1'", "f-strings"),
+    ("(x := a) > 0", "assignment (:=)"),
+    ("min > 0", "the function min without calling it"),
+    ("{'k': a}['k'] == 1", "dict literals"),
+])
+def test_constraint_strings_are_parsed_into_allowed_nodes_never_evaluated(text, refused):
+    with pytest.raises(SpaceError, match="constraints do not allow") as err:
+        Space({"a": [1, 2, 3]}, constraints=[text])
+    assert refused in str(err.value)
+
+
+def test_constraint_expressions_compute_what_python_would_and_refuse_huge_values():
+    cases = ["a * b <= 6", "a % 2 == 0 or b in (1, 3)", "not (a == 3 and b == 2)", "1 < a <= b < 4",
+             "max(a, b) - min(a, b) == 1", "(a if b > 1 else 0) >= 2", "[a, b][1] == 2", "a ** 2 + (b << 1) > 9",
+             "-a + ~b < -4", "abs(a - b) // 1 != 0 and sqrt(a) < 2 and log2(b) >= 0 and 'x' * a != 'xx'",
+             "sum((a, b)) == 4 and len([a]) == 1 and all([a, b]) and any((a > 2, b > 2))", "a / b == 1.0"]
+    for text in cases:
+        s = Space({"a": [1, 2, 3], "b": [1, 2, 3]}, constraints=[text])
+        expected = [(a, b) for a in (1, 2, 3) for b in (1, 2, 3)
+                    if eval(text, {"sqrt": __import__("math").sqrt, "log2": __import__("math").log2},  # noqa: S307
+                            {"a": a, "b": b})]
+        assert sorted((c["a"], c["b"]) for c in s) == expected, text
+    for text, message in (("2 ** (a * 10000) > 1", "bits"), ("'x' * (a * 10**9) == ''", "longer"),
+                          ("(1 << (a * 100000)) > 0", "bits")):
+        with pytest.raises(SpaceError, match=message):
+            Space({"a": [1, 2]}, constraints=[text])

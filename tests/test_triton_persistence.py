@@ -10,6 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from test_triton_kernels import (interpret, matmul_args, matmul_grid, matmul_kernel,  # noqa: F401
                                  scale_inplace_kernel, torch, triton)
@@ -155,3 +156,17 @@ def test_a_module_target_is_found_in_the_current_folder(tmp_path, monkeypatch):
         assert load_object("tt_cwd_kernels:launch")(n=3) == 3
     finally:
         sys.modules.pop("tt_cwd_kernels", None)
+
+
+def test_a_file_target_named_like_a_standard_module_is_refused_not_swapped(tmp_path, monkeypatch):
+    """`tensortune triton tune ./random.py:k` must not import the standard library's random."""
+    from tensortune.frontends.triton.offline import load_object
+
+    (tmp_path / "random.py").write_text("def k(n):\n    return n\n")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(ImportError, match=r"the module name 'random' already means .*random.py, not this file"):
+        load_object(f"{tmp_path / 'random.py'}:k")
+    assert str(tmp_path) not in sys.path
+    res = CliRunner().invoke(cli, ["--db", str(tmp_path / "x.db"), "triton", "tune", f"{tmp_path / 'random.py'}:k",
+                                   "--shape", "n=4"])
+    assert res.exit_code == 1 and "rename the file" in res.output, res.output

@@ -18,6 +18,7 @@ _LAZY = {
     "Boolean": "tensortune.space", "Coupled": "tensortune.space", "SpaceError": "tensortune.space",
     "Constraint": "tensortune.space",
     "Tuner": "tensortune.tuner", "Budget": "tensortune.tuner", "TuneResult": "tensortune.tuner",
+    "TuningFailed": "tensortune.tuner",
     "Database": "tensortune.db", "Workload": "tensortune.db", "Target": "tensortune.db",
     "ErrorKind": "tensortune.measure", "MeasureResult": "tensortune.measure", "Timer": "tensortune.measure",
     "create_strategy": "tensortune.search", "tune": "tensortune.frontends.callable",

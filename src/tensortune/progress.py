@@ -11,6 +11,7 @@ import math
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 
@@ -40,7 +41,7 @@ class TuneProgress:
                 TimeElapsedColumn(), console=Console(stderr=True), transient=False,
             )
             self._progress.__enter__()
-            self._task = self._progress.add_task(self.description, total=self.total, best="-", failed=0)
+            self._task = self._progress.add_task(escape(self.description), total=self.total, best="-", failed=0)
         return self
 
     def update(self, best: float, failed: bool = False, advance: int = 1) -> None:

@@ -93,9 +93,23 @@ class Budget:
                          f"got {value!r}")
 
 
+ENVIRONMENT_RETRIES = 2  # times one run measures a candidate again after the environment failed it
+ENVIRONMENT_GIVE_UP = 8  # environment failures in a row, with nothing else, that stop a run
+
+
+class TuningFailed(RuntimeError):
+    """Nothing could be measured: every candidate failed, or the environment did. The
+    message says why, per candidate, and what to do."""
+
+
 @dataclass(frozen=True)
 class TuneResult:
-    """The outcome of a tuning run; `history` holds earlier records of the workload too."""
+    """The outcome of a tuning run; `history` holds earlier records of the workload too.
+
+    `trials`: candidates measured by this run (environment failures and amendments of
+    earlier results not counted). `stopped`: why the run stopped before its budget, if
+    the environment stopped it ("" otherwise).
+    """
 
     best: MeasureResult | None
     history: tuple[MeasureResult, ...]
@@ -105,6 +119,7 @@ class TuneResult:
     reused: int = 0
     from_db: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    stopped: str = ""
 
     @property
     def best_config(self) -> Config | None:
@@ -118,9 +133,38 @@ class TuneResult:
     def failures(self) -> int:
         return sum(1 for r in self.history if not r.ok)
 
+    @property
+    def environment_failures(self) -> int:
+        return sum(1 for r in self.history if r.environment)
+
+    def failure_report(self, name: str, limit: int = 12) -> str:
+        """Why nothing succeeded: the environment's failures, then each failed candidate."""
+        lines = [f"{name}: nothing ran correctly ({self.trials} measured in this run, {self.reused} recorded before)"]
+        if self.stopped:
+            lines.append(f"  stopped: {self.stopped}")
+        failed = [r for r in self.history if not r.ok]
+        for r in failed[:limit]:
+            cause = f" [environment: {r.environment}]" if r.environment else ""
+            first = r.message.splitlines()[0] if r.message else ""
+            lines.append(f"  {r.config.to_json()}: {r.error}{cause}: {first[:200]}")
+        if len(failed) > limit:
+            lines.append(f"  ... and {len(failed) - limit} more (see `tensortune db show`)")
+        if self.environment_failures:
+            lines.append("  the environment's failures are measured again by the next run once it is fixed")
+        return "\n".join(lines)
+
+
+def standing(results: Sequence[MeasureResult]) -> dict[Config, MeasureResult]:
+    """Each configuration's latest result that says something about the candidate: a
+    failure of the environment does not; a later failure of the candidate itself (such as
+    a crash found after it had returned) overrides an earlier success."""
+    return {r.config: r for r in results if not r.environment}
+
 
 def best_of(results: Sequence[MeasureResult]) -> MeasureResult | None:
-    ok = [r for r in results if r.ok]
+    """The fastest success among the configurations whose standing is a success."""
+    good = {c for c, r in standing(results).items() if r.ok}
+    ok = [r for r in results if r.ok and r.config in good]
     return min(ok, key=lambda r: r.time) if ok else None
 
 
@@ -145,6 +189,8 @@ class Tuner:
         description: str | None = None,
         callbacks: Sequence[Callable[[MeasureResult], None]] = (),
         transfer: bool = True,
+        retune: bool = False,
+        retry_failed: bool = False,
     ) -> None:
         self.space = space
         self.runner = runner
@@ -160,6 +206,8 @@ class Tuner:
         self.description = description or workload.name
         self.callbacks = list(callbacks)
         self.transfer = transfer
+        self.retune = retune  # measure again what is recorded (the records stay)
+        self.retry_failed = retry_failed  # measure again the candidates recorded as failed
         self.seed = seed
         self.transferred_from = 0  # records of other shapes or devices the search started from
 
@@ -176,39 +224,70 @@ class Tuner:
         charged = rejected = 0  # trials used up; builder rejections seen
         best = best_of(prior)
         status = "interrupted"
+        retry: list[Config] = []  # failed by the environment: measured again in a later batch
+        tries: dict[Config, int] = {}
+        streak = 0  # environment failures in a row
+        stopped = ""
         try:
             with TuneProgress(self.budget.trials, self.description, self.progress) as bar:
                 if best:
                     bar.update(best.time, advance=0)
-                while not self._exhausted(charged, start):
+                while not stopped and not self._exhausted(charged, start):
                     n = self.batch_size
                     if self.budget.trials is not None:
                         n = min(n, self.budget.trials - charged)
-                    configs = self.strategy.ask(n)
+                    configs, retry = retry[:n], retry[n:]
+                    if len(configs) < n:
+                        configs += self.strategy.ask(n - len(configs))
                     if not configs:
                         break
                     told = []
                     for result in self.runner.run(self.builder.build(configs)):
                         self._record(result, session)
-                        cost = int(self.budget.charges(result, rejected))
-                        charged += cost
-                        rejected += int(result.rejected_by_build)
                         new.append(result)
-                        told.append(result)
-                        if result.ok and (best is None or result.time < best.time):
-                            best = result
-                        bar.update(best.time if best else math.inf, failed=not result.ok, advance=cost)
+                        if result.amends:  # an earlier success turned out to crash its worker
+                            told.append(result)
+                            best = best_of(tuple(prior) + tuple(new))
+                            bar.update(best.time if best else math.inf, failed=True, advance=0)
+                        elif result.environment:  # not the candidate's doing: try it again later
+                            streak += 1
+                            tries[result.config] = tries.get(result.config, 0) + 1
+                            if tries[result.config] <= ENVIRONMENT_RETRIES:
+                                retry.append(result.config)
+                            bar.update(best.time if best else math.inf, failed=True, advance=0)
+                            if streak >= ENVIRONMENT_GIVE_UP:
+                                stopped = (f"the environment failed {streak} candidates in a row "
+                                           f"({result.environment}): {result.message.splitlines()[0][:200]}")
+                        else:
+                            streak = 0
+                            cost = int(self.budget.charges(result, rejected))
+                            charged += cost
+                            rejected += int(result.rejected_by_build)
+                            told.append(result)
+                            if result.ok and (best is None or result.time < best.time):
+                                best = result
+                            bar.update(best.time if best else math.inf, failed=not result.ok, advance=cost)
                         for cb in self.callbacks:
                             cb(result)
                         if self._out_of_time(start):
                             break
                     self.strategy.tell(told)
-            status = "finished"
+                late = tuple(getattr(self.runner, "late_results", tuple)())
+                for result in late:  # amendments that showed only after the last candidate
+                    self._record(result, session)
+                    new.append(result)
+                    for cb in self.callbacks:
+                        cb(result)
+                if late:
+                    self.strategy.tell(late)
+                    best = best_of(tuple(prior) + tuple(new))
+            status = "finished" if not stopped else "environment"
         finally:
             if self.db and session:
                 self.db.finish_session(session, status)
-        return TuneResult(best, tuple(prior) + tuple(new), len(new), time.perf_counter() - start,
-                          session, reused=len(prior))
+        measured = sum(1 for r in new if not r.amends and not r.environment)
+        return TuneResult(best, tuple(prior) + tuple(new), measured, time.perf_counter() - start,
+                          session, reused=len(prior), stopped=stopped)
 
     def _use_transfer(self) -> None:
         """Give a model-guided strategy a cost model pre-trained on the database's records
@@ -228,10 +307,24 @@ class Tuner:
             self.transferred_from = model.trained_rows
 
     def _prior_results(self) -> list[MeasureResult]:
-        if self.db is None:
+        """The recorded standing of each configuration of the space: what the search is
+        told it need not measure again. Environment failures are left out (measured
+        again); with `retry_failed` all failures, with `retune` everything."""
+        if self.db is None or self.retune:
             return []
         records = self.db.measured_configs(self.workload, self.target).values()
-        return [r.to_result() for r in records if r.config in self.space]
+        results = [r.to_result() for r in records if self._in_space(r.config)]
+        if self.retry_failed:
+            results = [r for r in results if r.ok]
+        return results
+
+    def _in_space(self, config: Config) -> bool:
+        """Whether a recorded configuration belongs to the space (a record of another
+        version of the space, or a damaged or crafted one, does not)."""
+        try:
+            return self.space.is_valid(config)
+        except Exception:  # noqa: BLE001 - a value the space cannot even compare is not in it
+            return False
 
     def _record(self, result: MeasureResult, session: str) -> None:
         if self.db is not None:

@@ -22,22 +22,23 @@ import math
 import os
 import statistics
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..db import Database, Target, Workload
+from ..db import Database, Record, Target, Workload
 from ..measure import MeasureResult, Timer, check_close
-from ..space import Config
+from ..space import Config, Space
 from ..tasks import ScheduleResult, Task, TaskScheduler
 from ..te.build import Kernel, build, reference_outputs
 from ..te.dtype import TEError
 from ..te.schedule import Schedule
 from ..te.tensor import Tensor, graph
 from ..search import create_strategy
-from ..tuner import Budget, Tuner
+from ..tuner import Budget, Tuner, TuningFailed, standing
 from .holes import SketchSpace
 from .measure import CheckSpec, SketchBuilder, SketchRunner, kernel_args, random_inputs, time_interleaved
 from .search import SketchSearch
@@ -142,20 +143,53 @@ def _check_target(target: str) -> None:
                       f"(Triton kernels), got {target!r}")
 
 
-def recorded_best(db: Database, workload: Workload, target: Target):
+def recorded_candidates(db: Database, workload: Workload, target: Target, space: Space) -> list[Record]:
+    """The records worth rebuilding, best first: confirmed winners (latest first), then the
+    rest by time. Only configurations of `space` whose latest record about the candidate
+    is a success: a record of another version of the sketches, or a damaged or crafted
+    one, is never built."""
+    latest = standing([r.to_result() for r in db.records(workload, target)])
+    good = {c for c, r in latest.items() if r.ok}
+    records = [r for r in db.records(workload, target) if r.ok and r.config in good and _in_space(space, r.config)]
+    confirmed = sorted((r for r in records if r.extra.get("confirmed")), key=lambda r: -r.created_at)
+    return confirmed + sorted((r for r in records if not r.extra.get("confirmed")), key=lambda r: r.time)
+
+
+def recorded_best(db: Database, workload: Workload, target: Target, space: Space) -> Record | None:
     """The record to rebuild: the latest confirmed winner if any, else the fastest record."""
-    records = [r for r in db.records(workload, target) if r.ok]
-    confirmed = [r for r in records if r.extra.get("confirmed")]
-    if confirmed:
-        return max(confirmed, key=lambda r: r.created_at)
-    return min(records, key=lambda r: r.time) if records else None
+    found = recorded_candidates(db, workload, target, space)
+    return found[0] if found else None
+
+
+def _in_space(space: Space, config: Config) -> bool:
+    try:
+        return space.is_valid(config)
+    except Exception:  # noqa: BLE001 - a value the space cannot even compare is not in it
+        return False
+
+
+REBUILD_TRIES = 3  # recorded configurations tried before a rebuild gives up
+
+
+def rebuild_recorded(problem: Problem, db: Database, target: Target, trials: int, seconds: float,
+                     from_db: bool) -> ScheduledKernel | None:
+    """The best recorded schedule, built and verified; one that no longer builds or checks
+    is skipped with a warning (and the next tried), never allowed to fail every call."""
+    for record in recorded_candidates(db, problem.workload, target, problem.sketch_space.space)[:REBUILD_TRIES]:
+        try:
+            return finish_kernel(problem, record.config, record.time, trials, seconds, from_db)
+        except Exception as exc:  # noqa: BLE001 - a record that cannot be rebuilt is skipped, not fatal
+            warnings.warn(f"{problem.name}: the recorded schedule {record.config.to_json()[:200]} could not be "
+                          f"rebuilt ({type(exc).__name__}: {str(exc)[:200]}); skipped", stacklevel=3)
+    return None
 
 
 class _Session:
     """One problem's search: its tuner (kept between rounds of a task scheduler)."""
 
     def __init__(self, problem: Problem, db: Database, target: Target, strategy: str, seed: int,
-                 jobs: int, progress: bool, timer: Timer | None, expected_trials: int | None = None) -> None:
+                 jobs: int, progress: bool, timer: Timer | None, expected_trials: int | None = None,
+                 retry_failed: bool = False) -> None:
         self.problem = problem
         self.db, self.target = db, target
         sp = problem.sketch_space
@@ -167,7 +201,7 @@ class _Session:
             create_strategy(strategy, sp.space, seed=seed, budget=expected_trials)
         self.tuner = Tuner(sp.space, self.runner, workload=problem.workload, target=target, db=db,
                            builder=self.builder, strategy=chooser, budget=expected_trials, seed=seed, batch_size=8,
-                           progress=progress, description=problem.name)
+                           progress=progress, description=problem.name, retry_failed=retry_failed)
         self.results: list[MeasureResult] = []
         self.seconds = 0.0
 
@@ -193,12 +227,17 @@ class _Session:
         finally:
             self.runner.close()
         self.seconds += time.perf_counter() - start
-        record = recorded_best(self.db, self.problem.workload, self.target)
-        if record is None:
-            raise RuntimeError(f"auto-scheduling {self.problem.name!r} measured no working schedule "
+        if best is not None:
+            try:
+                return finish_kernel(self.problem, best.config, best.time, len(self.results), self.seconds, False)
+            except Exception as exc:  # noqa: BLE001 - fall back on the other records, said why
+                warnings.warn(f"{self.problem.name}: the confirmed winner could not be rebuilt ({exc}); "
+                              "trying the next records", stacklevel=2)
+        kernel = rebuild_recorded(self.problem, self.db, self.target, len(self.results), self.seconds, False)
+        if kernel is None:
+            raise TuningFailed(f"auto-scheduling {self.problem.name!r} measured no working schedule "
                                f"({len(self.results)} trials, all failed); see the records database")
-        return finish_kernel(self.problem, record.config, best.time if best else record.time,
-                             len(self.results), self.seconds, False)
+        return kernel
 
     def confirm(self, k: int, rounds: int, within: float = 0.15) -> MeasureResult | None:
         """Re-time the finalists interleaved and record the winner.
@@ -260,21 +299,22 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
                  db: Database | str | os.PathLike[str] | None = None, *, args: Sequence[Tensor] | None = None,
                  name: str | None = None, strategy: str = "evolutionary", seed: int = 0, jobs: int | None = None,
                  retune: bool = False, confirm: int = 4, confirm_rounds: int = 7, progress: bool | None = None,
-                 timer: Timer | None = None, **gpu_options: Any) -> ScheduledKernel:
+                 timer: Timer | None = None, retry_failed: bool = False, **gpu_options: Any) -> ScheduledKernel:
     """Search for a fast schedule of the expressions and return it compiled and verified.
 
     `outputs_or_function`: output tensor(s), a `te.workloads` computation, or a function
     returning either. `budget`: trials (int), seconds (float) or a `Budget` (default 64
     trials). With records of these expressions in `db`, the recorded winner is rebuilt
-    without searching, unless `retune` (then the search resumes from the records).
+    without searching, unless `retune` (then the search resumes from the records) or
+    `retry_failed` (the same, measuring again the candidates recorded as failed).
     `strategy`: "evolutionary" (cost-model guided) or any registered strategy name.
     `jobs`: compile processes (default 2 on the CPU, one per core for CUDA).
     `target="cuda"` hands the graph to the GPU auto-scheduler (`backends.triton`), with
     `strategy`, `jobs`, `timer`, `confirm` (> 1: re-time finalists) and `gpu_options` passed on.
     """
     if target in GPU_TARGETS:
-        if args is not None or name is not None:
-            raise TEError("args= and name= apply to target='cpu' only")
+        if args is not None or name is not None or retry_failed:
+            raise TEError("args=, name= and retry_failed= apply to target='cpu' only")
         from ..backends.triton import autoschedule_cuda
         return autoschedule_cuda(outputs_or_function, budget=64 if budget is None else budget, db=db, seed=seed,
                                  strategy=strategy, jobs=jobs, timer=timer, confirm=confirm > 1, retune=retune,
@@ -285,13 +325,13 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
     problem = Problem.of(outputs_or_function, args, name)
     database = _open_db(db)
     tgt = Target.cpu()
-    if not retune:
-        record = recorded_best(database, problem.workload, tgt)
-        if record is not None:
-            return finish_kernel(problem, record.config, record.time, 0, 0.0, True)
+    if not (retune or retry_failed):
+        kernel = rebuild_recorded(problem, database, tgt, 0, 0.0, True)
+        if kernel is not None:
+            return kernel
     limit = Budget.of(budget, default_trials=64)
     session = _Session(problem, database, tgt, strategy, seed, 2 if jobs is None else jobs, _progress(progress),
-                       timer, limit.trials)
+                       timer, limit.trials, retry_failed)
     session.run(limit)
     return session.finish(confirm, confirm_rounds)
 
@@ -344,9 +384,9 @@ def autoschedule_many(problems: Sequence[Any], weights: Sequence[float] | None =
     results: dict[int, ScheduledKernel] = {}
     sessions: dict[int, _Session] = {}
     for k, p in enumerate(parsed):
-        record = None if retune else recorded_best(database, p.workload, tgt)
-        if record is not None:
-            results[k] = finish_kernel(p, record.config, record.time, 0, 0.0, True)
+        kernel = None if retune else rebuild_recorded(p, database, tgt, 0, 0.0, True)
+        if kernel is not None:
+            results[k] = kernel
         else:
             # one progress bar per round would be noise: the scheduler's rounds are the progress
             sessions[k] = _Session(p, database, tgt, "evolutionary", seed + k, jobs, False, timer)

@@ -37,6 +37,9 @@ from ..backends.c_codegen import FLAGS, generate_c
 from ..backends.c_compiler import CCompiler, load_function
 from ..measure import (BuildResult, CandidateError, ErrorKind, IsolatedWorker, MeasureResult, Timer, check_close,
                        failed_build, worker_state)
+from ..measure.attribution import LATE_SETTLE_SECONDS, WorkerRuns, measured_result
+from ..measure.errors import environment_cause
+from ..measure.worker import default_memory_limit
 from ..space import Config
 from ..te.build import default_tolerance, reference_outputs
 from ..te.dtype import TEError, numpy_dtype
@@ -150,9 +153,10 @@ class SketchBuilder:
             try:
                 return "ok", str(self.compiler.compile(src, {}, FLAGS)), time.perf_counter() - start
             except CandidateError as exc:
-                return "error", (exc.kind, str(exc)), time.perf_counter() - start
+                return "error", (exc.kind, str(exc), exc.environment), time.perf_counter() - start
             except Exception as exc:  # noqa: BLE001 - a build's failure belongs to its candidate
-                return "error", (ErrorKind.COMPILE_ERROR, f"{type(exc).__name__}: {exc}"), time.perf_counter() - start
+                return ("error", (ErrorKind.COMPILE_ERROR, f"{type(exc).__name__}: {exc}", environment_cause(exc) or ""),
+                        time.perf_counter() - start)
 
         if self.jobs > 1 and len(texts) > 1:
             with ThreadPoolExecutor(self.jobs) as pool:
@@ -166,7 +170,7 @@ class SketchBuilder:
                 results[k] = BuildResult(configs[k], Candidate(payload, self.function, steps, digest), None, "",
                                          prep + seconds)
             else:
-                results[k] = BuildResult(configs[k], None, payload[0], payload[1], prep + seconds)
+                results[k] = BuildResult(configs[k], None, payload[0], payload[1], prep + seconds, payload[2])
         return [results[k] for k in range(len(configs))]
 
 
@@ -219,8 +223,10 @@ SLOW_SECONDS = 0.1  # a checked run slower than this (and than `cutoff` x the be
 
 @dataclass
 class SketchRunner:
-    """Checks and times candidates in one isolated worker; a crash or hang fails only that
-    candidate. Identical sources are measured once."""
+    """Checks and times candidates in one isolated worker; a crash, a hang or a memory bomb
+    fails only that candidate, and a worker lost to what an earlier candidate left behind
+    is blamed on that one (`measure.attribution`). Identical sources are measured once.
+    `memory_limit`: bytes the worker may hold (None: half the machine's memory; 0: none)."""
 
     spec: CheckSpec
     timer: Timer = field(default_factory=lambda: Timer(warmup_seconds=0.01, min_repeats=5, max_repeats=50,
@@ -229,9 +235,11 @@ class SketchRunner:
     seed: int = 0
     refresh: int = 16
     cutoff: float = 3.0
+    memory_limit: int | None = None
 
     def __post_init__(self) -> None:
-        self.worker = IsolatedWorker(timeout=self.timeout)
+        limit = default_memory_limit() if self.memory_limit is None else self.memory_limit or None
+        self.runs = WorkerRuns(lambda: IsolatedWorker(timeout=self.timeout, memory_limit=limit))
         self.best = math.inf
         self._checks = 0
         self._by_source: dict[str, MeasureResult] = {}
@@ -250,22 +258,38 @@ class SketchRunner:
                 continue
             self._checks += 1
             start = time.perf_counter()
-            try:
-                times = self.worker.call(run_candidate, cand.library, cand.function, self.spec, self.timer,
-                                         self.seed * 1_000_003 + self._checks, self.refresh,
-                                         max(self.cutoff * self.best, SLOW_SECONDS))
-                result = MeasureResult(b.config, tuple(times), compile_seconds=b.compile_seconds,
-                                       run_seconds=time.perf_counter() - start, extra=extra)
-            except CandidateError as exc:
-                result = MeasureResult.failed(b.config, exc.kind, str(exc), compile_seconds=b.compile_seconds,
-                                              run_seconds=time.perf_counter() - start, extra=extra)
+
+            def call(worker: IsolatedWorker, cand: Candidate = cand, seed: int = self.seed * 1_000_003 + self._checks,
+                     cutoff: float = max(self.cutoff * self.best, SLOW_SECONDS)) -> Any:
+                return worker.call(run_candidate, cand.library, cand.function, self.spec, self.timer, seed,
+                                   self.refresh, cutoff)
+
+            measured = self.runs.measure(b.config, call)
+            result = measured_result(b, measured, time.perf_counter() - start, extra)
             if result.ok:
                 self.best = min(self.best, min(result.times))
-            self._by_source[cand.source_hash] = result
+            if not result.environment:
+                self._by_source[cand.source_hash] = result
             yield result
+            yield from self._amended(measured.amendments)
+        yield from self._amended(self.runs.finish())
+
+    def _amended(self, amendments: Sequence[MeasureResult]) -> Iterator[MeasureResult]:
+        for amendment in amendments:
+            self._by_source = {k: v for k, v in self._by_source.items() if v.config != amendment.config}
+            yield amendment
+
+    @property
+    def worker(self) -> IsolatedWorker:
+        return self.runs.worker
+
+    def late_results(self) -> tuple[MeasureResult, ...]:
+        """At the end of a run: amendments for a worker that died just after its last
+        candidate returned (what that candidate left running)."""
+        return tuple(self._amended(self.runs.finish(settle=LATE_SETTLE_SECONDS)))
 
     def close(self) -> None:
-        self.worker.close()
+        self.runs.close()
 
 
 def time_interleaved(libraries: Sequence[str], function: str, spec: CheckSpec, timer: Timer, rounds: int,

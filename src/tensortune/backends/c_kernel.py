@@ -21,8 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ..measure import (BuildResult, CandidateError, IsolatedWorker, MeasureResult, ProcessPoolBuilder,
+from ..measure import (BuildResult, IsolatedWorker, MeasureResult, ProcessPoolBuilder,
                        Timer, check_close, failed_build, worker_state)
+from ..measure.attribution import LATE_SETTLE_SECONDS, WorkerRuns, measured_result
+from ..measure.worker import default_memory_limit
 from ..space import Config
 from ..te.dtype import is_float_array, numpy_dtype
 from .c_compiler import CCompiler, load_function
@@ -136,14 +138,25 @@ def run_c_candidate(library: str, problem: CProblem, timer: Timer, check_seed: i
 
 
 class CRunner:
-    """Runs candidates in an isolated worker: a crash or a hang fails only that candidate."""
+    """Runs candidates in an isolated worker: a crash, a hang or a memory bomb fails only
+    that candidate, and a worker lost to what an earlier candidate left behind is blamed
+    on that one (`measure.attribution`).
+
+    `memory_limit`: bytes the worker may hold (default: half the machine's memory; 0: no
+    limit); a candidate past it is stopped and recorded as `out_of_resources`.
+    """
 
     def __init__(self, problem: CProblem, timer: Timer | None = None, timeout: float = 60.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, memory_limit: int | None = None) -> None:
         self.problem = problem
         self.timer = timer or Timer()
-        self.worker = IsolatedWorker(timeout=timeout)
+        limit = default_memory_limit() if memory_limit is None else memory_limit or None
+        self.runs = WorkerRuns(lambda: IsolatedWorker(timeout=timeout, memory_limit=limit))
         self._checks = seed
+
+    @property
+    def worker(self) -> IsolatedWorker:
+        return self.runs.worker
 
     def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
         for b in builds:
@@ -152,14 +165,19 @@ class CRunner:
                 continue
             self._checks += 1
             start = time.perf_counter()
-            try:
-                times = self.worker.call(run_c_candidate, b.artifact, self.problem, self.timer, 1000 + self._checks)
-            except CandidateError as exc:
-                yield MeasureResult.failed(b.config, exc.kind, str(exc), compile_seconds=b.compile_seconds,
-                                           run_seconds=time.perf_counter() - start)
-                continue
-            yield MeasureResult(b.config, tuple(times), compile_seconds=b.compile_seconds,
-                                run_seconds=time.perf_counter() - start)
+
+            def call(worker: IsolatedWorker, library: str = b.artifact, seed: int = 1000 + self._checks) -> Any:
+                return worker.call(run_c_candidate, library, self.problem, self.timer, seed)
+
+            measured = self.runs.measure(b.config, call)
+            yield measured_result(b, measured, time.perf_counter() - start)
+            yield from measured.amendments
+        yield from self.runs.finish()
+
+    def late_results(self) -> tuple[MeasureResult, ...]:
+        """At the end of a run: amendments for a worker that died just after its last
+        candidate returned (what that candidate left running)."""
+        return self.runs.finish(settle=LATE_SETTLE_SECONDS)
 
     def close(self) -> None:
-        self.worker.close()
+        self.runs.close()

@@ -97,21 +97,29 @@ def peer_run(path: str | os.PathLike[str], name: str, budget: int, seed: int) ->
 
 
 # ---- Kernel Tuner ----------------------------------------------------------------------------
+def peers_cache_dir() -> Path:
+    """This user's folder for plain copies of caches (not a shared, predictable path in
+    the temporary directory, where another user could plant a file under the name)."""
+    return Path.home() / ".cache" / "tensortune" / "peers"
+
+
 @lru_cache(maxsize=8)
 def _plain_cache(path: str) -> tuple[str, dict[str, Any]]:
     """Kernel Tuner reads only uncompressed caches: a plain copy, and the cache's header.
 
-    The copy is named by the content's hash in one folder of the temporary directory, so
-    every worker process and every later run shares it (nothing to clean up per process,
-    which worker processes could not do: they exit without running exit handlers)."""
+    The copy is named by the content's hash in one folder of this user's cache, so every
+    worker process and every later run shares it (nothing to clean up per process, which
+    worker processes could not do: they exit without running exit handlers); a copy whose
+    content does not match its name is written again."""
     from ..datasets.kernel_tuner import _read_json
 
     data = _read_json(Path(path))
     text = json.dumps(data)
-    folder = Path(tempfile.gettempdir()) / "tensortune-peers"
-    folder.mkdir(parents=True, exist_ok=True)
-    copy = folder / f"{hashlib.sha256(text.encode()).hexdigest()[:20]}.json"
-    if not copy.exists():
+    folder = peers_cache_dir()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    copy = folder / f"{digest[:20]}.json"
+    if not copy.is_file() or hashlib.sha256(copy.read_bytes()).hexdigest() != digest:
         fd, partial = tempfile.mkstemp(suffix=".part", dir=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

@@ -24,16 +24,18 @@ from .common import check_strategy, db_option, open_database, print_json
 @click.option("--strategy", default="auto", show_default=True, callback=check_strategy, help="Search strategy.")
 @click.option("--seed", default=None, type=int, help="Seed for a reproducible search.")
 @click.option("--retune", is_flag=True, help="Measure again even if the database has a result.")
+@click.option("--retry-failed", is_flag=True,
+              help="Measure again the configurations recorded as failed (after fixing what failed them).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.pass_context
 def demo(ctx: click.Context, db_path: str | None, size: int, seconds: float, trials: int | None,
-         strategy: str, seed: int | None, retune: bool, as_json: bool) -> None:
+         strategy: str, seed: int | None, retune: bool, retry_failed: bool, as_json: bool) -> None:
     """Tune a C matrix multiplication on this CPU and compare it with numpy."""
     from ..demo.matmul import run_demo
 
     db = open_database(ctx, db_path)
     report = run_demo(db, size, size, size, Budget(trials=trials, seconds=seconds), strategy=strategy,
-                      seed=seed, retune=retune, progress=not as_json)
+                      seed=seed, retune=retune, retry_failed=retry_failed, progress=not as_json)
     if as_json:
         print_json({**dataclasses.asdict(report), "speedup": report.speedup})
         return

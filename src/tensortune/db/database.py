@@ -3,7 +3,9 @@
 Every result is committed the moment it is added, so a killed run loses nothing and
 several processes can tune into one file at once. A file that is not a tensortune
 database, or is corrupt or unwritable, is a clear `DatabaseError`; nothing is ever
-overwritten or recreated.
+overwritten or recreated. A database in a folder this process cannot write is opened
+read-only. A damaged record is skipped and named (`Database.damaged`, and a warning),
+never allowed to hide the other records of its workload.
 
 Example:
     >>> import tempfile, os
@@ -23,14 +25,16 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 import uuid
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from ..measure import ErrorKind, MeasureResult
 from ..space import Config
-from .records import Record, Target, Workload
+from .records import Record, Target, Workload, check_record
 
 SCHEMA_VERSION = 1
 
@@ -67,6 +71,15 @@ class DatabaseError(RuntimeError):
     """The database file cannot be used; the message names the file and the reason."""
 
 
+class DamagedRecords(UserWarning):
+    """Some records could not be read and were skipped; the message names them."""
+
+
+# a record's error counts as the environment's (not the candidate's) when its extra says so
+_CANDIDATE_FAILURE = ("r.error IS NOT NULL AND (NOT json_valid(r.extra_json) OR "
+                      "json_extract(r.extra_json, '$.environment') IS NULL)")
+
+
 def default_db_path() -> Path:
     return Path.home() / ".cache" / "tensortune" / "tuning.db"
 
@@ -78,6 +91,8 @@ class Database:
         self.path = Path(path) if path is not None else default_db_path()
         self._lock = threading.RLock()
         self._ids: dict[Any, int] = {}
+        self.read_only = False  # opened read-only: its folder (or the file) cannot be written
+        self.damaged: dict[int, str] = {}  # record id -> why it could not be read (skipped)
         self._conn = self._open()
 
     # ---- opening, schema, migration ---------------------------------------------------
@@ -108,11 +123,38 @@ class Database:
         except sqlite3.DatabaseError as exc:
             if not existed:
                 raise DatabaseError(f"cannot create database {where}: {exc} (is its folder writable?)") from exc
+            if isinstance(exc, sqlite3.OperationalError) and not os.access(self.path.parent, os.W_OK | os.X_OK) \
+                    or "unable to open" in str(exc) and os.access(self.path, os.R_OK):
+                return self._open_read_only(exc)
             raise DatabaseError(f"cannot use database {where}: {exc} (is it corrupt, or it or its folder "
                                 f"unwritable? it was left untouched)") from exc
         return conn
 
-    def _init_schema(self, conn: sqlite3.Connection, fresh: bool) -> None:
+    def _open_read_only(self, cause: Exception) -> sqlite3.Connection:
+        """A database whose folder cannot be written (shipped records): SQLite cannot make
+        its lock files there, so it is read without them. Records still in a write-ahead
+        log cannot be read that way, which is an error rather than a silent omission."""
+        wal = Path(f"{self.path}-wal")
+        quoted = urllib.parse.quote(str(self.path.resolve()))
+        modes = ["mode=ro"] + ([] if wal.exists() and wal.stat().st_size else ["immutable=1"])
+        last: Exception = cause
+        for mode in modes:
+            try:
+                conn = sqlite3.connect(f"file:{quoted}?{mode}", uri=True, timeout=60, isolation_level=None,
+                                       check_same_thread=False)
+                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                if not TABLES <= tables:
+                    raise DatabaseError(f"{self.path} is not a tensortune database (tables: {sorted(tables)}); "
+                                        "it was left untouched")
+                self._init_schema(conn, fresh=False, read_only=True)
+                self.read_only = True
+                return conn
+            except sqlite3.DatabaseError as exc:
+                last = exc
+        hint = " (its write-ahead log holds records that need a writable folder)" if wal.exists() else ""
+        raise DatabaseError(f"cannot use database {self.path}: {last}{hint}; it was left untouched") from last
+
+    def _init_schema(self, conn: sqlite3.Connection, fresh: bool, read_only: bool = False) -> None:
         if fresh:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -133,6 +175,9 @@ class Database:
         if version > SCHEMA_VERSION:
             raise DatabaseError(f"{self.path} has schema version {version}, newer than this "
                                 f"tensortune understands ({SCHEMA_VERSION}); upgrade tensortune")
+        if read_only and version < SCHEMA_VERSION:
+            raise DatabaseError(f"{self.path} has schema version {version} and needs an upgrade, which a "
+                                "read-only folder does not allow; copy it somewhere writable")
         while version < SCHEMA_VERSION:
             if version not in MIGRATIONS:
                 raise DatabaseError(f"{self.path}: no migration from schema version {version}")
@@ -159,7 +204,8 @@ class Database:
                 cur = self._conn.execute(sql, args)
                 return cur.lastrowid or 0
             except sqlite3.DatabaseError as exc:
-                raise DatabaseError(f"cannot write to database {self.path}: {exc}") from exc
+                where = " (opened read-only: its folder cannot be written)" if self.read_only else ""
+                raise DatabaseError(f"cannot write to database {self.path}{where}: {exc}") from exc
 
     # ---- ids ---------------------------------------------------------------------------
     _ABSENT = -1  # the id a workload or target not yet in the file reads as: no row matches it
@@ -234,19 +280,26 @@ class Database:
                 "r.strategy, r.session, r.created_at, r.extra_json, r.id")
     _FROM = " FROM records r JOIN workloads w ON r.workload_id=w.id JOIN targets t ON r.target_id=t.id"
 
-    def _row(self, r: tuple[Any, ...]) -> Record:
+    def _row(self, r: tuple[Any, ...]) -> Record | None:
+        """The record of a row; None (and the row named in `damaged`) if it is damaged."""
         try:
-            return Record(Workload(r[0], r[1], r[2]), Target(r[3], r[4], r[5], r[6]),
-                          Config.from_json(r[7]), tuple(json.loads(r[8])),
-                          ErrorKind(r[9]) if r[9] else None, r[10], r[11], r[12], r[13], r[14], r[15],
-                          json.loads(r[16]))
-        except (ValueError, TypeError) as exc:
-            raise DatabaseError(f"database {self.path}: record {r[17]} is damaged ({type(exc).__name__}: "
-                                f"{exc}); the file was left untouched") from exc
+            rec = Record(Workload(r[0], r[1], r[2]), Target(r[3], r[4], r[5], r[6]),
+                         Config.from_json(r[7]), tuple(json.loads(r[8])),
+                         ErrorKind(r[9]) if r[9] else None, r[10], r[11], r[12], r[13], r[14], r[15],
+                         json.loads(r[16]))
+            check_record(rec)
+            return rec
+        except (ValueError, TypeError, RecursionError) as exc:
+            reason = f"{type(exc).__name__}: {str(exc)[:200]}"
+            if self.damaged.get(r[17]) != reason:
+                self.damaged[r[17]] = reason
+                warnings.warn(f"database {self.path}: record {r[17]} is damaged ({reason}); skipped, the file "
+                              "was left untouched", DamagedRecords, stacklevel=4)
+            return None
 
     def _select(self, where: str, args: tuple[Any, ...], tail: str = "") -> list[Record]:
         rows = self._query(f"SELECT {self._COLUMNS}{self._FROM} WHERE {where} {tail}", args)
-        return [self._row(r) for r in rows]
+        return [rec for rec in map(self._row, rows) if rec is not None]
 
     def _scope(self, workload: Workload, target: Target | None) -> tuple[str, tuple[Any, ...]]:
         if target is None:
@@ -260,26 +313,45 @@ class Database:
         return self._select(where, args, "ORDER BY r.id")
 
     def top_k(self, workload: Workload, target: Target | None = None, k: int = 5) -> list[Record]:
-        """The k fastest successful configurations, one record per configuration."""
+        """The k fastest successful configurations, one record per configuration.
+
+        A configuration whose latest record about the candidate is a failure (a crash
+        found after it had returned, a wrong result on a later check) is not among them,
+        whatever it measured before; the environment's failures do not count."""
         where, args = self._scope(workload, target)
         rows = self._select(where + " AND r.time IS NOT NULL", args, "ORDER BY r.time")
+        condemned = self._condemned(where, args)
         seen: set[str] = set()
         out = []
         for rec in rows:
-            if rec.config.digest not in seen:
+            if rec.config.digest not in seen and (rec.target, rec.config.digest) not in condemned:
                 seen.add(rec.config.digest)
                 out.append(rec)
             if len(out) == k:
                 break
         return out
 
+    def _condemned(self, where: str, args: tuple[Any, ...]) -> set[tuple[Target, str]]:
+        """(target, config digest) of configurations failed by the candidate after their
+        latest success."""
+        rows = self._query(
+            "SELECT t.kind, t.device, t.arch, t.versions_json, r.config_hash, "
+            "MAX(CASE WHEN r.time IS NOT NULL THEN r.id END), "
+            f"MAX(CASE WHEN {_CANDIDATE_FAILURE} THEN r.id END) "
+            f"FROM records r JOIN targets t ON r.target_id=t.id WHERE {where} "
+            "GROUP BY r.target_id, r.config_hash", args)
+        return {(Target(a, b, c, d), digest) for a, b, c, d, digest, ok, failed in rows
+                if ok is not None and failed is not None and failed > ok}
+
     def best(self, workload: Workload, target: Target | None = None) -> Record | None:
         top = self.top_k(workload, target, 1)
         return top[0] if top else None
 
     def measured_configs(self, workload: Workload, target: Target) -> dict[str, Record]:
-        """The latest record of every configuration measured, by config digest."""
-        return {r.config.digest: r for r in self.records(workload, target)}
+        """The latest record of every configuration measured, by config digest; failures of
+        the environment (a full disk, a missing compiler) say nothing about a candidate and
+        are left out, so such a candidate counts as not measured."""
+        return {r.config.digest: r for r in self.records(workload, target) if not r.to_result().environment}
 
     def workloads(self) -> list[tuple[Workload, int, float | None]]:
         """Every workload with its number of records and best time."""
@@ -302,7 +374,50 @@ class Database:
 
     def all_records(self) -> Iterator[Record]:
         for r in self._query(f"SELECT {self._COLUMNS}{self._FROM} ORDER BY r.id"):
-            yield self._row(r)
+            rec = self._row(r)
+            if rec is not None:
+                yield rec
+
+    # ---- deleting --------------------------------------------------------------------------
+    def delete_records(self, workload: Workload | None = None, target: Target | None = None, *,
+                       kinds: Iterable[str] = (), failed: bool = False, environment: bool = False) -> int:
+        """Delete records, returning how many: of `workload` (all workloads if None), on
+        `target`, with an error in `kinds` (error kind names, "ok" for successes), or any
+        failure (`failed`), or failures of the environment (`environment`). With no filter
+        every record of the workload goes; a workload's records of every kind with it."""
+        clauses, args = ["1=1"], []
+        if workload is not None:
+            clauses.append("workload_id=?")
+            args.append(self._workload_id(workload, create=False))
+        if target is not None:
+            clauses.append("target_id=?")
+            args.append(self._target_id(target, create=False))
+        chosen = []
+        names = list(kinds)
+        valid = {k.value for k in ErrorKind} | {"ok"}
+        unknown = sorted(set(names) - valid)
+        if unknown:
+            raise ValueError(f"unknown record kind(s) {unknown}; known: {sorted(valid)}")
+        errors = [k for k in names if k != "ok"]
+        if errors:
+            chosen.append(f"error IN ({','.join('?' * len(errors))})")
+            args.extend(errors)
+        if "ok" in names:
+            chosen.append("error IS NULL")
+        if failed:
+            chosen.append("error IS NOT NULL")
+        if environment:
+            chosen.append("(error IS NOT NULL AND json_valid(extra_json) AND "
+                          "json_extract(extra_json, '$.environment') IS NOT NULL)")
+        if chosen:
+            clauses.append("(" + " OR ".join(chosen) + ")")
+        sql = f"DELETE FROM records WHERE {' AND '.join(clauses)}"
+        with self._lock:
+            try:
+                return self._conn.execute(sql, tuple(args)).rowcount
+            except sqlite3.DatabaseError as exc:
+                where = " (opened read-only: its folder cannot be written)" if self.read_only else ""
+                raise DatabaseError(f"cannot write to database {self.path}{where}: {exc}") from exc
 
     def import_records(self, records: Iterable[Record]) -> int:
         """Add records not already present (same workload, target, config and time stamp)."""

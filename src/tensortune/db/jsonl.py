@@ -33,23 +33,35 @@ def export_jsonl(db: Database, path: str | os.PathLike[str], workload_prefix: st
     return n
 
 
+MAX_LINE = 4 << 20  # characters of one record's line: no record tensortune writes comes near
+
+
 def read_jsonl(path: str | os.PathLike[str]) -> Iterator[Record]:
+    """The records of a JSON-lines file, each checked (`records.check_record`): a line that
+    is not one names its number and the problem (a time that is not finite and positive,
+    a value too long or nested too deep, a field of the wrong type)."""
     try:
         with open(path, encoding="utf-8") as f:
-            lines = list(f)
+            lines = list(iter(lambda: f.readline(MAX_LINE + 1), ""))
     except UnicodeDecodeError as exc:
         raise DatabaseError(f"{path}: not a JSON-lines file of records (not UTF-8 text: {exc.reason})") from exc
     except OSError as exc:
         raise DatabaseError(f"cannot read {path}: {exc.strerror or exc}") from exc
     for lineno, line in enumerate(lines, 1):
+        if len(line) > MAX_LINE:
+            raise DatabaseError(f"{path}:{lineno}: a line longer than {MAX_LINE} characters is not a record")
         if not line.strip():
             continue
         try:
             yield Record.from_json(json.loads(line))
+        except RecursionError:
+            raise DatabaseError(f"{path}:{lineno}: not a tensortune record (nested too deep)") from None
         except (ValueError, KeyError, TypeError) as exc:
-            raise DatabaseError(f"{path}:{lineno}: not a tensortune record ({exc})") from exc
+            what = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)[:300]
+            raise DatabaseError(f"{path}:{lineno}: not a tensortune record ({what})") from exc
 
 
 def import_jsonl(db: Database, path: str | os.PathLike[str]) -> int:
-    """Add the records of a JSON-lines file; returns how many were new."""
+    """Add the records of a JSON-lines file; returns how many were new. The whole file is
+    checked first: one bad line imports nothing."""
     return db.import_records(list(read_jsonl(path)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import subprocess
@@ -147,18 +148,124 @@ class Record:
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> "Record":
-        w, t = d["workload"], d["target"]
-        return Record(
-            Workload(w["name"], w["source_hash"], _canonical(w.get("key", {}))),
-            Target.make(t["kind"], t["device"], t.get("arch", ""), t.get("versions", {})),
-            Config(d["config"]),
-            tuple(float(x) for x in d.get("times", ())),
-            ErrorKind(d["error"]) if d.get("error") else None,
-            d.get("message", ""),
-            float(d.get("compile_seconds", 0.0)),
-            float(d.get("run_seconds", 0.0)),
-            d.get("strategy", ""),
-            d.get("session", ""),
-            float(d.get("created_at", 0.0)),
-            dict(d.get("extra", {})),
+        """A record from its JSON form, checked (`check_record`); ValueError naming what is
+        wrong with a value of the wrong type, size or range."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a record is a JSON object, not {type(d).__name__}")
+        w, t = _obj(d, "workload"), _obj(d, "target")
+        times = d.get("times", [])
+        if not isinstance(times, list) or not all(_is_number(x) for x in times):
+            raise ValueError("times must be a list of numbers")
+        rec = Record(
+            Workload(_text(w, "name"), _text(w, "source_hash"), _canonical(_obj(w, "key", {}))),
+            Target.make(_text(t, "kind"), _text(t, "device"), _text(t, "arch", ""), _obj(t, "versions", {})),
+            Config(_obj(d, "config")),
+            tuple(float(x) for x in times),
+            ErrorKind(_text(d, "error")) if d.get("error") is not None else None,
+            _text(d, "message", ""),
+            _number(d, "compile_seconds"),
+            _number(d, "run_seconds"),
+            _text(d, "strategy", ""),
+            _text(d, "session", ""),
+            _number(d, "created_at"),
+            _obj(d, "extra", {}),
         )
+        check_record(rec, imported=True)
+        return rec
+
+
+# What a record may hold: anything larger or deeper is not one tensortune wrote.
+MAX_TEXT = 64 * 1024  # characters in a message or name
+MAX_ITEMS = 1024  # parameters in a configuration, entries of a list, times
+MAX_DEPTH = 8  # nesting of lists and objects in a configuration or extra
+
+
+def check_record(rec: Record, imported: bool = False) -> None:
+    """Raise ValueError unless the record is one tensortune could have written: times
+    finite and not negative (positive in an `imported` file), durations finite and not negative,
+    configuration values plain (numbers, strings, booleans, None, lists and objects of
+    them), no value too long or nested too deep."""
+    for label, text in (("workload name", rec.workload.name), ("source hash", rec.workload.source_hash),
+                        ("target device", rec.target.device), ("message", rec.message)):
+        if not isinstance(text, str) or len(text) > MAX_TEXT:
+            raise ValueError(f"{label} is not a string of at most {MAX_TEXT} characters")
+    if len(rec.times) > 100 * MAX_ITEMS:
+        raise ValueError(f"{len(rec.times)} times, more than any measurement makes")
+    for t in rec.times:
+        if not _is_number(t) or not math.isfinite(t) or t < 0 or imported and t == 0:
+            raise ValueError(f"time {t!r} is not a finite positive number of seconds")
+    for label, value in (("compile_seconds", rec.compile_seconds), ("run_seconds", rec.run_seconds),
+                         ("created_at", rec.created_at)):
+        if not _is_number(value) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{label} {value!r} is not a finite number >= 0")
+    if len(rec.config) > MAX_ITEMS:
+        raise ValueError(f"a configuration of {len(rec.config)} parameters")
+    for name, value in rec.config.items():
+        if len(name) > 256:
+            raise ValueError(f"parameter name {name[:40]!r}... is too long")
+        _check_plain(value, f"config value {name}", 0, allow_objects=True)
+    if not isinstance(rec.extra, dict):
+        raise ValueError("extra is not an object")
+    _check_plain(rec.extra, "extra", 0, allow_objects=True)
+
+
+def _check_plain(value: Any, label: str, depth: int, allow_objects: bool) -> None:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"{label} is nested more than {MAX_DEPTH} deep")
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if abs(value) >= 1 << 63:
+            raise ValueError(f"{label}: integer {str(value)[:20]}... does not fit 64 bits")
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{label}: {value} is not finite")
+        return
+    if isinstance(value, str):
+        if len(value) > MAX_TEXT:
+            raise ValueError(f"{label}: a string of {len(value)} characters")
+        return
+    if isinstance(value, (list, tuple)):
+        if len(value) > MAX_ITEMS:
+            raise ValueError(f"{label}: a list of {len(value)} items")
+        for v in value:
+            _check_plain(v, label, depth + 1, allow_objects)
+        return
+    if isinstance(value, dict) and allow_objects:
+        if len(value) > MAX_ITEMS:
+            raise ValueError(f"{label}: an object of {len(value)} keys")
+        for k, v in value.items():
+            _check_plain(k, label, depth + 1, allow_objects)
+            _check_plain(v, f"{label}.{k}"[:200], depth + 1, allow_objects)
+        return
+    raise ValueError(f"{label}: {type(value).__name__} is not a plain value")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _obj(d: dict[str, Any], key: str, default: Any = None) -> dict[str, Any]:
+    value = d.get(key, default)
+    if value is None and default is None:
+        raise KeyError(key)
+    if not isinstance(value, dict):
+        raise ValueError(f"{key} must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def _text(d: dict[str, Any], key: str, default: str | None = None) -> str:
+    value = d.get(key, default)
+    if value is None:
+        raise KeyError(key)
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _number(d: dict[str, Any], key: str) -> float:
+    value = d.get(key, 0.0)
+    if not _is_number(value):
+        raise ValueError(f"{key} must be a number, not {type(value).__name__}")
+    return float(value)

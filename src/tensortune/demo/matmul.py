@@ -19,7 +19,7 @@ import numpy as np
 from ..backends import ArrayArg, CBuilder, CProblem, CRunner, ScalarArg
 from ..backends.c_kernel import run_c_candidate
 from ..db import Database, Target, Workload
-from ..measure import MeasureResult, Timer
+from ..measure import CandidateError, ErrorKind, MeasureResult, Timer
 from ..space import Boolean, Categorical, Config, Ordinal, Space
 from ..tuner import Budget, Tuner
 
@@ -101,12 +101,16 @@ def numpy_workload(m: int, n: int, k: int) -> Workload:
 
 def run_demo(db: Database, m: int = 512, n: int = 512, k: int = 512, budget: Budget | None = None,
              strategy: str = "auto", seed: int | None = None, retune: bool = False,
-             progress: bool = True, jobs: int | None = None, rounds: int = 5) -> DemoReport:
+             progress: bool = True, jobs: int | None = None, rounds: int = 5,
+             retry_failed: bool = False) -> DemoReport:
     """Tune (or answer from the database) and compare with the default and numpy.
 
     The final figures come from re-timing the best, the default and numpy interleaved,
     `rounds` times each in the same worker process, so that load from other processes
     hits all three alike; those timings are recorded with strategy "compare".
+    Every configuration read from the database is checked against the template's space
+    before it is built: a record of anything else (an imported file, a damaged row) is
+    never compiled. `retry_failed`: measure again the candidates recorded as failed.
     """
     start = time.perf_counter()
     budget = budget or Budget(seconds=60)
@@ -114,8 +118,9 @@ def run_demo(db: Database, m: int = 512, n: int = 512, k: int = 512, budget: Bud
     workload = Workload.make("demo.matmul_c", problem.source, {"M": m, "N": n, "K": k, "dtype": "float32"})
     target = Target.cpu()
     timer = Timer(warmup_seconds=0.02, min_repeats=5, budget_seconds=0.15)
+    space = matmul_space()
     baseline_cfg = default_config()
-    previous = _recorded_comparison(db, workload, target) if not retune else None
+    previous = _recorded_comparison(db, workload, target, space) if not (retune or retry_failed) else None
     if previous is not None:
         best, baseline, numpy_result, trials, failures = previous
         return _report(best, baseline, numpy_result, trials, failures, start, True, db, workload,
@@ -123,13 +128,15 @@ def run_demo(db: Database, m: int = 512, n: int = 512, k: int = 512, budget: Bud
     runner = CRunner(problem, timer)
     builder = CBuilder(problem, jobs=jobs)
     try:
-        tuner = Tuner(matmul_space(), runner, builder=builder, workload=workload, target=target, db=db,
+        tuner = Tuner(space, runner, builder=builder, workload=workload, target=target, db=db,
                       strategy=strategy, budget=budget, seed=seed, progress=progress,
-                      description=f"matmul {m}x{n}x{k}")
-        if baseline_cfg.digest not in db.measured_configs(workload, target):
-            db.add(workload, target, next(iter(runner.run(builder.build([baseline_cfg])))), strategy="baseline")
+                      description=f"matmul {m}x{n}x{k}", retune=retune, retry_failed=retry_failed)
+        if retune or baseline_cfg.digest not in db.measured_configs(workload, target):
+            for measured in runner.run(builder.build([baseline_cfg])):
+                db.add(workload, target, measured, strategy="baseline")
         result = tuner.run()
-        finalists = [r.config for r in db.top_k(workload, target, 4) if r.config != baseline_cfg]
+        finalists = [r.config for r in db.top_k(workload, target, 16)
+                     if r.config != baseline_cfg and _in_space(space, r.config)][:4]
         *contenders, baseline, numpy_result = _compare(db, workload, target, problem, builder, runner,
                                                        finalists + [baseline_cfg], timer, rounds)
         best = min(contenders + [baseline], key=lambda r: r.time)
@@ -140,31 +147,55 @@ def run_demo(db: Database, m: int = 512, n: int = 512, k: int = 512, budget: Bud
                    False, db, workload, (m, n, k), strategy)
 
 
+def _in_space(space: Space, config: Config) -> bool:
+    try:
+        return space.is_valid(config)
+    except Exception:  # noqa: BLE001 - a value the space cannot even compare is not in it
+        return False
+
+
 def _compare(db: Database, workload: Workload, target: Target, problem: CProblem, builder: CBuilder,
              runner: CRunner, configs: list[Config], timer: Timer, rounds: int) -> list[MeasureResult]:
-    """Re-time `configs` (the last is the baseline) and numpy interleaved; record them."""
-    builds = builder.build(configs)  # cached libraries: no compilation
+    """Re-time `configs` (the last is the baseline) and numpy interleaved; record them.
+
+    A finalist that fails now (it crashes, hangs or is wrong on these inputs) is recorded
+    as failed, which takes it out of the ranking, and dropped from the comparison; the
+    baseline failing is an error."""
+    builds = [b for b in builder.build(configs)]  # cached libraries: no compilation
     m, n, k = (a.value for a in problem.args[3:6])
-    times: list[list[float]] = [[] for _ in range(len(configs) + 1)]
+    times: dict[Config, list[float]] = {c: [] for c in configs}
+    numpy_times: list[float] = []
     for r in range(rounds):
-        for i, b in enumerate(builds):
-            times[i].extend(runner.worker.call(run_c_candidate, b.artifact, problem, timer, 7000 + r))
-        times[-1].extend(runner.worker.call(numpy_matmul_times, m, n, k, timer))
-    results = [MeasureResult(c, tuple(t)) for c, t in zip(configs, times[:-1])]
-    results.append(MeasureResult(Config(), tuple(times[-1])))
-    fastest = min(results[:-1], key=lambda r: r.time)
-    for res in results[:-1]:
+        for b in list(builds):
+            try:
+                if not b.ok:
+                    raise CandidateError(b.error or ErrorKind.COMPILE_ERROR, b.message)
+                times[b.config].extend(runner.worker.call(run_c_candidate, b.artifact, problem, timer, 7000 + r))
+            except CandidateError as exc:
+                if b.config == configs[-1]:
+                    raise
+                db.add(workload, target, MeasureResult.failed(b.config, exc.kind, f"on re-timing: {exc}",
+                                                              exc.environment), strategy="compare")
+                builds.remove(b)
+                del times[b.config]
+        numpy_times.extend(runner.worker.call(numpy_matmul_times, m, n, k, timer))
+    results = [MeasureResult(c, tuple(t)) for c, t in times.items()]
+    fastest = min(results, key=lambda r: r.time)
+    for res in results:
         role = "best" if res is fastest else "baseline" if res.config == configs[-1] else "finalist"
         db.add(workload, target, MeasureResult(res.config, res.times, extra={"role": role}), strategy="compare")
-    db.add(numpy_workload(m, n, k), target, results[-1], strategy="compare")
-    return results
+    numpy_result = MeasureResult(Config(), tuple(numpy_times))
+    db.add(numpy_workload(m, n, k), target, numpy_result, strategy="compare")
+    return results + [numpy_result]
 
 
-def _recorded_comparison(db: Database, workload: Workload, target: Target):
+def _recorded_comparison(db: Database, workload: Workload, target: Target, space: Space):
+    """The last comparison recorded, if its configurations are the template's own."""
     if db.finished_sessions(workload, target) == 0:
         return None
     records = db.records(workload, target)
-    compared = {r.extra.get("role"): r.to_result() for r in records if r.strategy == "compare"}
+    compared = {r.extra.get("role"): r.to_result() for r in records
+                if r.strategy == "compare" and r.ok and _in_space(space, r.config)}
     compared.setdefault("baseline", compared.get("best"))  # when the default itself won
     m, n, k = (workload.key[x] for x in "MNK")
     numpy_records = [r for r in db.records(numpy_workload(m, n, k), target) if r.strategy == "compare"]

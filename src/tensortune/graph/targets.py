@@ -101,9 +101,8 @@ class CpuSearch:
         return self.problem.workload
 
     def recorded(self) -> Any:
-        from ..autoschedule.api import finish_kernel, recorded_best
-        record = recorded_best(self.db, self.problem.workload, self.target)
-        return None if record is None else finish_kernel(self.problem, record.config, record.time, 0, 0.0, True)
+        from ..autoschedule.api import rebuild_recorded
+        return rebuild_recorded(self.problem, self.db, self.target, 0, 0.0, True)
 
     def tune(self, trials: int) -> list[Any]:
         if self._session is None:

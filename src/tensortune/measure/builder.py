@@ -21,9 +21,16 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..space import Config
-from .errors import CandidateError, ErrorKind
+from .errors import CandidateError, ErrorKind, environment_cause
 from .result import BuildResult
 from .worker import STARTUP_HINT, classify_exception, exit_with_parent, lower_priority
+
+
+def _kill_pool(pool: cf.ProcessPoolExecutor) -> None:
+    for proc in list(getattr(pool, "_processes", {}).values()):
+        if proc.is_alive():
+            proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 class Builder(Protocol):
@@ -53,7 +60,8 @@ def _timed_build(build: Callable[[Config], Any], config: Config) -> tuple[str, A
         kind = exc.kind if isinstance(exc, CandidateError) else ErrorKind.COMPILE_ERROR
         if not isinstance(exc, CandidateError) and classify_exception(exc) is ErrorKind.OUT_OF_RESOURCES:
             kind = ErrorKind.OUT_OF_RESOURCES
-        return ("error", (kind.value, f"{type(exc).__name__}: {exc}"), time.perf_counter() - start)
+        return ("error", (kind.value, f"{type(exc).__name__}: {exc}", environment_cause(exc) or ""),
+                time.perf_counter() - start)
 
 
 class ProcessPoolBuilder:
@@ -74,45 +82,91 @@ class ProcessPoolBuilder:
         return self._pool
 
     def build(self, configs: Sequence[Config]) -> list[BuildResult]:
+        """Build every configuration, `jobs` at a time, each within `timeout`.
+
+        Only the build that hangs is a timeout: the others in flight when its pool is
+        killed are built again. When a build crashes its process, the pool breaks for all
+        builds in flight, so each of those is built again alone, and only one that breaks
+        its process again is recorded as crashed."""
         if self.jobs == 1:
             return [self._to_result(c, _timed_build(self.build_fn, c)) for c in configs]
-        pool = self._ensure_pool()
-        futures = {pool.submit(_timed_build, self.build_fn, c): c for c in configs}
         results: dict[Config, BuildResult] = {}
-        deadline = time.monotonic() + self.timeout * max(1, -(-len(configs) // self.jobs))
-        try:
-            for fut in cf.as_completed(futures, timeout=max(0.0, deadline - time.monotonic())):
-                cfg = futures[fut]
+        todo = list(dict.fromkeys(configs))
+        inflight: dict[cf.Future, tuple[Config, float]] = {}
+        while todo or inflight:
+            try:
+                pool = self._ensure_pool()
+                while todo and len(inflight) < self.jobs:
+                    try:
+                        fut = pool.submit(_timed_build, self.build_fn, todo[0])
+                    except cf.BrokenExecutor:
+                        break
+                    inflight[fut] = (todo.pop(0), time.monotonic() + self.timeout)
+            except OSError as exc:  # no build process can be started: the system's doing
+                cause = environment_cause(exc) or "build processes cannot be started"
+                for cfg in [c for c, _ in inflight.values()] + todo:
+                    results[cfg] = BuildResult(cfg, None, ErrorKind.CRASHED, f"cannot start a build process: {exc}",
+                                               environment=cause)
+                self._restart()
+                break
+            if not inflight:
+                self._restart()
+                continue
+            nearest = min(deadline for _, deadline in inflight.values())
+            done, _ = cf.wait(inflight, timeout=max(0.0, nearest - time.monotonic()),
+                              return_when=cf.FIRST_COMPLETED)
+            lost: list[Config] = []
+            for fut in done:
+                cfg, _ = inflight.pop(fut)
                 try:
                     results[cfg] = self._to_result(cfg, fut.result())
                     self._built_any = True
-                except Exception as exc:  # the pool itself broke (a build crashed its process)
-                    died = f"build process died: {str(exc).rstrip('.')}"
-                    hint = "" if self._built_any else f"; {STARTUP_HINT}"
-                    results[cfg] = BuildResult(cfg, None, ErrorKind.CRASHED, died + hint)
-                    self._restart()
-        except cf.TimeoutError:
-            self._restart()
-        for cfg in configs:
-            if cfg not in results:
-                results[cfg] = BuildResult(cfg, None, ErrorKind.TIMEOUT,
-                                           f"build did not finish within {self.timeout:.0f} s")
+                except Exception:  # the pool broke: some build in flight crashed its process
+                    lost.append(cfg)
+            now = time.monotonic()
+            hung = [fut for fut, (_, deadline) in inflight.items() if deadline <= now]
+            if lost or hung:
+                for fut in hung:
+                    cfg, _ = inflight.pop(fut)
+                    results[cfg] = BuildResult(cfg, None, ErrorKind.TIMEOUT,
+                                               f"build did not finish within {self.timeout:.0f} s")
+                if lost:
+                    lost += [cfg for cfg, _ in inflight.values()]
+                else:
+                    todo[:0] = [cfg for cfg, _ in inflight.values()]  # innocent: built again
+                inflight.clear()
+                self._restart()
+                for cfg in lost:
+                    results[cfg] = self._build_alone(cfg)
         return [results[c] for c in configs]
+
+    def _build_alone(self, config: Config) -> BuildResult:
+        """Build one configuration in a process of its own: whether it crashes its process."""
+        pool = cf.ProcessPoolExecutor(1, mp_context=self._ctx, initializer=_init_build_process)
+        try:
+            outcome = pool.submit(_timed_build, self.build_fn, config).result(timeout=self.timeout)
+            self._built_any = True
+            return self._to_result(config, outcome)
+        except cf.TimeoutError:
+            return BuildResult(config, None, ErrorKind.TIMEOUT, f"build did not finish within {self.timeout:.0f} s")
+        except Exception as exc:  # noqa: BLE001 - it broke a process of its own: it is to blame
+            died = f"build process died: {str(exc).rstrip('.')}"
+            hint = "" if self._built_any else f"; {STARTUP_HINT}"
+            return BuildResult(config, None, ErrorKind.CRASHED, died + hint)
+        finally:
+            _kill_pool(pool)
 
     @staticmethod
     def _to_result(config: Config, outcome: tuple[str, Any, float]) -> BuildResult:
         status, payload, seconds = outcome
         if status == "ok":
             return BuildResult(config, payload, None, "", seconds)
-        kind, message = payload
-        return BuildResult(config, None, ErrorKind(kind), message[:4000], seconds)
+        kind, message, environment = payload
+        return BuildResult(config, None, ErrorKind(kind), message[:4000], seconds, environment)
 
     def _restart(self) -> None:
         if self._pool is not None:
-            for proc in list(getattr(self._pool, "_processes", {}).values()):
-                if proc.is_alive():
-                    proc.kill()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            _kill_pool(self._pool)
         self._pool = None
 
     def close(self) -> None:

@@ -20,13 +20,16 @@ from .errors import ErrorKind
 
 @dataclass(frozen=True)
 class BuildResult:
-    """A compiled candidate (`artifact` is whatever the runner needs: a path, a kernel)."""
+    """A compiled candidate (`artifact` is whatever the runner needs: a path, a kernel).
+
+    `environment`: why the environment failed the build ("" when the candidate did)."""
 
     config: Config
     artifact: Any = None
     error: ErrorKind | None = None
     message: str = ""
     compile_seconds: float = 0.0
+    environment: str = ""
 
     @property
     def ok(self) -> bool:
@@ -50,6 +53,20 @@ class MeasureResult:
         return self.error is None and bool(self.times)
 
     @property
+    def environment(self) -> str:
+        """Why the environment, not the candidate, failed ("" for the candidate's own
+        failure or a success): such a failure is retried rather than taken as the
+        candidate's result (see `errors.environment_cause`)."""
+        return "" if self.ok else str(self.extra.get("environment", ""))
+
+    @property
+    def amends(self) -> bool:
+        """A correction of an earlier result of the same configuration, not a new
+        measurement: the candidate was found to have crashed its worker after it had
+        returned (see `measure.attribution`)."""
+        return bool(self.extra.get("amends"))
+
+    @property
     def rejected_by_build(self) -> bool:
         """Failed before running: the builder rejected it (a compile error, or more of a
         resource than the device has); it cost compile time but no measurement."""
@@ -70,5 +87,8 @@ class MeasureResult:
         return mad / med if med > 0 else 0.0
 
     @staticmethod
-    def failed(config: Config, kind: ErrorKind, message: str, **kw: Any) -> "MeasureResult":
+    def failed(config: Config, kind: ErrorKind, message: str, environment: str = "", **kw: Any) -> "MeasureResult":
+        """A failed result; `environment` names why the environment failed it, if it did."""
+        if environment:
+            kw["extra"] = {**kw.get("extra", {}), "environment": environment}
         return MeasureResult(config, (), kind, message[:4000], **kw)

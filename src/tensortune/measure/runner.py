@@ -16,21 +16,26 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .errors import CandidateError, WrongResult
+from .attribution import LATE_SETTLE_SECONDS, WorkerRuns, measured_result
+from .errors import CandidateError, WrongResult, environment_cause
 from .result import BuildResult, MeasureResult
 from .timer import Timer
-from .worker import classify_exception
+from .worker import IsolatedWorker, classify_exception, default_memory_limit, worker_state
 
 
 class Runner(Protocol):
-    """Measures built candidates; failures become failed results, never exceptions."""
+    """Measures built candidates; failures become failed results, never exceptions.
+
+    A runner may also have `late_results()`, which the tuner calls once at the end of a
+    run: results that could only show after the last candidate returned (amendments
+    blaming a candidate whose leftovers crashed the worker afterwards)."""
 
     def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]: ...
 
 
 def failed_build(build: BuildResult) -> MeasureResult:
     assert build.error is not None
-    return MeasureResult.failed(build.config, build.error, build.message,
+    return MeasureResult.failed(build.config, build.error, build.message, build.environment,
                                 compile_seconds=build.compile_seconds, extra={"stage": "build"})
 
 
@@ -86,10 +91,65 @@ class CallableRunner:
                     check_close(out, self._expected)
                 times = self.timer.time(lambda: self.fn(**kwargs))
             except CandidateError as exc:
-                yield MeasureResult.failed(b.config, exc.kind, str(exc))
+                yield MeasureResult.failed(b.config, exc.kind, str(exc), exc.environment,
+                                           run_seconds=time.perf_counter() - start)
                 continue
             except Exception as exc:  # noqa: BLE001 - the candidate's failure, recorded
-                yield MeasureResult.failed(b.config, classify_exception(exc), f"{type(exc).__name__}: {exc}")
+                yield MeasureResult.failed(b.config, classify_exception(exc), f"{type(exc).__name__}: {exc}",
+                                           environment_cause(exc) or "", run_seconds=time.perf_counter() - start)
                 continue
             yield MeasureResult(b.config, times, compile_seconds=b.compile_seconds,
                                 run_seconds=time.perf_counter() - start)
+
+
+def _call_and_time(fn: Callable[..., Any], kwargs: dict[str, Any], timer: Timer,
+                   reference: Callable[[], Any] | None) -> tuple[float, ...]:
+    """Inside the worker: check `fn(**kwargs)` against the reference (computed once per
+    worker), then time it."""
+    out = fn(**kwargs)
+    if reference is not None:
+        state = worker_state()
+        key = ("callable-reference", reference)
+        if key not in state:
+            state[key] = reference()
+        check_close(out, state[key])
+    return timer.time(lambda: fn(**kwargs))
+
+
+class IsolatedCallableRunner:
+    """Times `fn(**config)` in a worker process (`tune(..., isolate=True)`): a crash, a
+    hang past `timeout` or memory past `memory_limit` fails only that candidate, and the
+    caller's process survives. `fn` and `reference` travel to the worker by reference, so
+    they must be defined at module level."""
+
+    def __init__(self, fn: Callable[..., Any], timer: Timer | None = None,
+                 reference: Callable[[], Any] | None = None, timeout: float = 60.0,
+                 memory_limit: int | None = None) -> None:
+        self.fn = fn
+        self.timer = timer or Timer()
+        self.reference = reference
+        limit = default_memory_limit() if memory_limit is None else memory_limit or None
+        self.runs = WorkerRuns(lambda: IsolatedWorker(timeout=timeout, memory_limit=limit))
+
+    def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
+        for b in builds:
+            if not b.ok:
+                yield failed_build(b)
+                continue
+            start = time.perf_counter()
+
+            def call(worker: IsolatedWorker, kwargs: dict[str, Any] = dict(b.config)) -> Any:
+                return worker.call(_call_and_time, self.fn, kwargs, self.timer, self.reference)
+
+            measured = self.runs.measure(b.config, call)
+            yield measured_result(b, measured, time.perf_counter() - start)
+            yield from measured.amendments
+        yield from self.runs.finish()
+
+    def late_results(self) -> tuple[MeasureResult, ...]:
+        """At the end of a run: amendments for a worker that died just after its last
+        candidate returned (what that candidate left running)."""
+        return self.runs.finish(settle=LATE_SETTLE_SECONDS)
+
+    def close(self) -> None:
+        self.runs.close()

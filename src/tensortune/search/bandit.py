@@ -123,6 +123,10 @@ class BanditSearch(SearchStrategy):
             out.append(config)
         return out
 
+    def pace_model(self, share: float, seconds: float) -> None:
+        for strategy in self.arms.values():
+            strategy.pace_model(share, seconds)
+
     def tell(self, results: Sequence[MeasureResult]) -> None:
         best = self.best.time if self.best else math.inf
         for r in results:

@@ -80,6 +80,13 @@ class SearchStrategy(ABC):
         """Never propose `configs`: another searcher sharing this history will measure them."""
         self.seen.update(configs)
 
+    def pace_model(self, share: float, seconds: float) -> None:
+        """Let a cost model's refits take at most `share` of the measuring time, or
+        `seconds` per measurement, whichever is more, by refitting after several
+        measurements instead of each (a no-op for strategies without a model). A tuner of
+        cheap measurements calls it, so that the search's own cost stays small beside
+        them; measurements that report no cost (replays) keep a refit per measurement."""
+
     def propose(self, config: Config) -> bool:
         """Mark `config` as proposed; False if it was already seen."""
         if config in self.seen:
@@ -111,6 +118,9 @@ class WrappingStrategy(SearchStrategy):
     def exclude(self, configs: Sequence[Config]) -> None:
         super().exclude(configs)
         self.inner.exclude(configs)
+
+    def pace_model(self, share: float, seconds: float) -> None:
+        self.inner.pace_model(share, seconds)
 
 
 # name -> "module:Class" (imported on first use) or a class

@@ -31,12 +31,14 @@ Example:
 from __future__ import annotations
 
 import math
+import time
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
+from ..measure import MeasureResult
 from ..model.base import CostModel
 from ..model.ensemble import BootstrapEnsemble
 from ..model.failures import FailureClassifier
@@ -82,6 +84,28 @@ class ModelGuidedSearch(PlannedSearch):
         self._fitted_on = -1
         self._prior = False
         self.random_start = self.initial  # random points measured before the model leads
+        self._pace: tuple[float, float] | None = None  # (share, seconds): see pace_model
+        self._fit_seconds = 0.0  # how long the last refit took
+        self._cost_since_fit = 0.0  # measuring seconds reported since the last refit
+        self._told_since_fit = 0
+
+    def pace_model(self, share: float, seconds: float) -> None:
+        self._pace = (share, seconds)
+
+    def tell(self, results: Sequence[MeasureResult]) -> None:
+        super().tell(results)
+        for r in results:
+            self._cost_since_fit += r.run_seconds + r.compile_seconds
+            self._told_since_fit += 1
+
+    def _refit_due(self) -> bool:
+        """With a pace: whether the last refit's time, spread over the measurements since,
+        fits the pace (a share of their measuring time, or a floor per measurement).
+        Measurements that report no cost (a replay) keep a refit per measurement."""
+        if self._pace is None or not self.model.fitted or self._cost_since_fit <= 0:
+            return True
+        share, seconds = self._pace
+        return self._fit_seconds <= max(share * self._cost_since_fit, seconds * self._told_since_fit)
 
     def _members(self) -> list[CostModel]:
         return list(self.model.models) if isinstance(self.model, BootstrapEnsemble) else [self.model]
@@ -136,8 +160,9 @@ class ModelGuidedSearch(PlannedSearch):
         return chosen
 
     def refit(self) -> None:
-        if self._fitted_on == len(self.measured):
+        if self._fitted_on == len(self.measured) or not self._refit_due():
             return
+        start = time.perf_counter()
         points, times = self.arrays()
         X = self.features.points(points)
         if self.rejected or self.classify_failures:
@@ -147,7 +172,12 @@ class ModelGuidedSearch(PlannedSearch):
             self.model.fit(X[ran], times[ran])
         else:
             self.model.fit(X, times)
+        first = self._fitted_on < 0
         self._fitted_on = len(self.measured)
+        # the first fit's time is mostly importing the model's library: not a fit's cost
+        self._fit_seconds = 0.0 if first else time.perf_counter() - start
+        self._cost_since_fit = 0.0
+        self._told_since_fit = 0
 
     def score(self, points: list[Point]) -> np.ndarray:
         if not points:

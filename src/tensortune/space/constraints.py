@@ -1,5 +1,8 @@
 """Constraints over parameter names: Python expression strings, callables, or tables.
 
+An expression string is parsed into a tree of allowed nodes (`expression.py`), never
+evaluated with `eval`, so a constraint read from a file cannot run code.
+
 A constraint knows which names it reads, so the space can check it as soon as those
 names are assigned (pruning enumeration and sampling) and split independent groups.
 A table (`Constraint.allowed`) lists the valid combinations outright, as a measured
@@ -17,21 +20,13 @@ Example:
 
 from __future__ import annotations
 
-import ast
 import inspect
-import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .expression import compile_expression
 from .params import SpaceError
-
-_SAFE_BUILTINS: dict[str, Any] = {
-    "min": min, "max": max, "abs": abs, "len": len, "int": int, "float": float,
-    "round": round, "all": all, "any": any, "sum": sum, "divmod": divmod,
-    "log2": math.log2, "ceil": math.ceil, "floor": math.floor, "sqrt": math.sqrt,
-    "True": True, "False": False, "None": None,
-}
 
 
 @dataclass(frozen=True)
@@ -101,24 +96,14 @@ def _table_row(row: Sequence[Any], names: tuple[str, ...]) -> tuple[Any, ...]:
 
 
 def _from_expression(text: str, known: set[str]) -> Constraint:
-    try:
-        tree = ast.parse(text, mode="eval")
-    except SyntaxError as exc:
-        raise SpaceError(f"constraint {text!r} is not a valid Python expression: {exc.msg}") from exc
-    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(_SAFE_BUILTINS)
+    predicate, names = compile_expression(text)
     unknown = names - known
     if unknown:
         raise SpaceError(
             f"constraint {text!r} names unknown parameter(s) {sorted(unknown)}; "
             f"known: {sorted(known)}"
         )
-    code = compile(tree, f"<constraint {text}>", "eval")
-    env = {"__builtins__": _SAFE_BUILTINS}
-
-    def predicate(values: Mapping[str, Any]) -> bool:
-        return eval(code, env, {n: values[n] for n in names})  # noqa: S307 - user's own expression
-
-    return Constraint(frozenset(names), text, predicate)
+    return Constraint(names, text, predicate)
 
 
 def _from_callable(fn: Callable[..., bool], known: set[str]) -> Constraint:

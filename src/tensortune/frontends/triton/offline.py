@@ -65,6 +65,17 @@ def load_object(spec: str) -> Any:
             raise FileNotFoundError(f"{path} does not exist")
         name = path.stem
         sys.path.insert(0, str(path.parent))
+        # the file must be what `import name` finds (worker processes import it by name):
+        # not a module of the standard library or a package that the name already means
+        loaded = sys.modules.get(name)
+        found = getattr(loaded, "__file__", None) if loaded is not None else None
+        if loaded is None:
+            spec = importlib.util.find_spec(name)
+            found = spec.origin if spec is not None else None
+        if found is None or Path(found).resolve() != path:
+            sys.path.remove(str(path.parent))
+            raise ImportError(f"{where}: the module name {name!r} already means "
+                              f"{found or 'a built-in module'}, not this file; rename the file")
         module = importlib.import_module(name)
     else:
         if "" not in sys.path and os.getcwd() not in sys.path:
