@@ -245,12 +245,53 @@ def warm_triton(target: tuple[str, int, int] | None) -> str:
     return str(os.getpid())
 
 
+@dataclass(frozen=True)
+class DescriptorArg:
+    """A `TensorDescriptor` argument for compiling only: its base's dtype and its other fields
+    (shape, strides, block_shape, padding, ...) as sorted (name, value) pairs."""
+
+    dtype: str
+    fields: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class ReinterpretedArg:
+    """A `triton.reinterpret` tensor for compiling only: the base's torch dtype and the
+    Triton dtype it is read as (e.g. "fp8e4nv")."""
+
+    dtype: str
+    as_dtype: str
+
+
 def _warmup_arg(arg: Any) -> Any:
     if isinstance(arg, TensorArg):
         import torch
 
         return getattr(torch, arg.dtype)
+    if isinstance(arg, DescriptorArg):
+        import torch
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        base = torch.empty(16, dtype=getattr(torch, arg.dtype))  # only its dtype and alignment matter
+        return TensorDescriptor(base, **{k: list(v) if isinstance(v, tuple) else v for k, v in arg.fields})
+    if isinstance(arg, ReinterpretedArg):
+        import torch
+        import triton
+        import triton.language as tl
+
+        return triton.reinterpret(torch.empty(16, dtype=getattr(torch, arg.dtype)), tl.dtype(arg.as_dtype))
     return arg
+
+
+def compile_for_launch(kernel_ref: str, args: Sequence[Any], by_config: Mapping[str, Sequence[Any]],
+                       extra: Mapping[str, Any], target: tuple[str, int, int] | None, max_shared: int | None,
+                       config: Config) -> TritonBinary:
+    """Compile one configuration of a launch: its own arguments if `by_config` has them (a
+    configuration's pre_hook changed a descriptor), with the launch's keyword arguments
+    `extra`; names set to None (not given by this configuration) are left out, as at launch."""
+    chosen = by_config.get(config.to_json(), args) if by_config else args
+    meta = {k: v for k, v in {**config, **extra}.items() if v is not None}
+    return compile_triton(kernel_ref, chosen, target, max_shared, Config(meta))
 
 
 def compile_triton(kernel_ref: str, args: Sequence[Any], target: tuple[str, int, int] | None,

@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import pickle
@@ -30,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ...space import Config
-from .arguments import is_tensor
+from .arguments import is_descriptor, is_tensor, is_wrapper, underlying
 from .configs import launch_kwargs
 from .source import base_function
 
@@ -52,16 +53,19 @@ def kernel_ref(kernel: Any) -> str | None:
     return f"{module}:{qualname}" if base_function(obj) is base else None
 
 
-def describe(args: Sequence[Any]) -> list[Any] | None:
-    """TensorArg descriptions of the arguments, or None if one cannot be described."""
+def describe(args: Sequence[Any], zero: Sequence[int] = ()) -> list[Any] | None:
+    """TensorArg descriptions of the arguments, or None if one cannot be described; the
+    arguments at the positions in `zero` (reset_to_zero) start every run at zero."""
     from ...measure.gpu import TensorArg
 
     out: list[Any] = []
-    for a in args:
+    seen: set[int] = set()
+    for i, a in enumerate(args):
         if is_tensor(a):
-            if not a.is_floating_point() or not a.is_contiguous() or a.storage_offset():
-                return None
-            out.append(TensorArg(tuple(a.shape), str(a.dtype), restore=True))
+            if not a.is_floating_point() or not a.is_contiguous() or a.storage_offset() or id(a) in seen:
+                return None  # (one tensor passed twice would become two)
+            seen.add(id(a))
+            out.append(TensorArg(tuple(a.shape), str(a.dtype), restore=i not in zero, zero=i in zero))
         elif a is None or isinstance(a, (bool, int, float, str)):
             out.append(a)
         else:
@@ -70,10 +74,45 @@ def describe(args: Sequence[Any]) -> list[Any] | None:
 
 
 def compile_args(args: Sequence[Any]) -> list[Any]:
-    """Arguments for compiling only: tensors by dtype (their values do not matter)."""
+    """Arguments for compiling only: what Triton specialises on, without the data (tensors
+    by dtype, descriptors by dtype, shape, strides and block shape; reinterpreted tensors by
+    both dtypes)."""
     from ...measure.gpu import TensorArg
+    from ...measure.triton_compile import DescriptorArg, ReinterpretedArg
 
-    return [TensorArg(tuple(a.shape), str(a.dtype)) if is_tensor(a) else a for a in args]
+    out: list[Any] = []
+    for a in args:
+        if is_tensor(a):
+            out.append(TensorArg(tuple(a.shape), str(a.dtype)))
+        elif is_descriptor(a) and type(a).__module__ == "triton.tools.tensor_descriptor":
+            fields = {f.name: getattr(a, f.name) for f in dataclasses.fields(a) if f.name != "base"}
+            out.append(DescriptorArg(str(a.base.dtype).removeprefix("torch."), tuple(sorted(
+                (k, tuple(v) if isinstance(v, list) else v) for k, v in fields.items()))))
+        elif is_wrapper(a):
+            out.append(ReinterpretedArg(str(a.base.dtype).removeprefix("torch."), str(a.dtype)))
+        elif underlying(a) is not None:
+            raise ValueError(f"cannot describe a {type(a).__name__} argument for compiling elsewhere")
+        else:
+            out.append(a)
+    return out
+
+
+def compile_args_by_config(args: Sequence[Any], kwargs: Mapping[str, Any], arg_names: Sequence[str],
+                           configs: Sequence[Config], pre_hooks: Mapping[Config, Any],
+                           meta_of: Callable[[Config], dict[str, Any]]) -> dict[str, list[Any]]:
+    """Compile arguments per configuration, after its `triton.Config.pre_hook` ran on copies of
+    the launch's descriptors (Triton's tutorials set a descriptor's block shape there)."""
+    import copy
+
+    out: dict[str, list[Any]] = {}
+    for c in configs:
+        hook = pre_hooks.get(c)
+        if hook is None:
+            continue
+        shallow = [copy.copy(a) if is_descriptor(a) else a for a in args]
+        hook({**dict(zip(arg_names, shallow)), **kwargs, **meta_of(c)})
+        out[c.to_json()] = compile_args(shallow)
+    return out
 
 
 def why_not_isolated(*, hooks_in_python: bool, args: Sequence[Any], reference: Any, timer: Any) -> str | None:
@@ -110,18 +149,11 @@ def launch_jit(kernel_ref: str, grids: Mapping[str, tuple[int, ...]], extra: Map
     resolve_jit(kernel_ref)[grid](*args, **extra, **launch_kwargs(config))
 
 
-def call_reference(reference: Callable[..., Any], arg_names: Sequence[str], checked: Sequence[int],
-                   *args: Any) -> Any:
-    """Adapt `reference=` (writes in place, or returns {name: tensor}) to the worker's form."""
+def call_reference(reference: Callable[..., Any], *args: Any) -> Any:
+    """Run `reference=` in a worker: it writes its results into the arguments, or returns
+    {argument name: expected}."""
     out = reference(*args)
-    if out is None or any(out is a for a in args):  # wrote in place (`c.copy_(a @ b)` returns c)
-        return None
-    return tuple(out.get(arg_names[i], args[i]) for i in checked)
-
-
-def compile_with(extra: Mapping[str, Any], compile_fn: Callable[[Config], Any], config: Config) -> Any:
-    """Compile `config` with the caller's own keyword arguments added."""
-    return compile_fn(Config({**config, **extra}) if extra else config)
+    return out if isinstance(out, Mapping) else None
 
 
 def grids_for(grid: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any],
@@ -135,25 +167,36 @@ def grids_for(grid: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: 
 
 
 def parallel_builder(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], jobs: int | None,
-                     stream: bool, target: Any = "auto", reuse: Any = None) -> Any | None:
+                     stream: bool, target: Any = "auto", reuse: Any = None,
+                     by_config: Mapping[str, Sequence[Any]] | None = None) -> Any | None:
     """A streaming parallel compiler for this kernel's candidates, or None if not possible;
-    with `reuse` (a builder made here before), its processes compile for these arguments."""
+    with `reuse` (a builder made here before for the same target), its warm processes
+    compile for these arguments. `by_config`: compile arguments of the configurations whose
+    pre_hook changes them (`compile_args_by_config`)."""
     ref = kernel_ref(kernel)
     if ref is None:
         return None
-    from ...measure.triton_compile import device_max_shared, triton_builder
+    from ...measure.triton_compile import compile_for_launch, detect_target, device_max_shared, triton_builder
 
+    try:
+        described = compile_args(args)
+    except ValueError:
+        return None  # an argument Triton takes but we cannot describe: compiled at its first launch
+    if target == "auto":
+        target = detect_target()
     # a candidate needing more shared memory than the device has fails while compiling:
     # rejected by the builder, it costs no measurement (Budget.free_rejections)
-    max_shared = device_max_shared() if target == "auto" else None
-    builder = triton_builder(ref, compile_args(args), target=target, jobs=jobs, stream=stream,
-                             max_shared=max_shared)
-    if kwargs:
-        builder.compile_fn = functools.partial(compile_with, dict(kwargs), builder.compile_fn)
-    if isinstance(reuse, LargestFirst) and getattr(reuse.inner, "warm", None) == builder.warm:
-        reuse.inner.compile_fn = builder.compile_fn  # same target: the warm processes serve the new key
+    max_shared = device_max_shared()
+    compile_fn = functools.partial(compile_for_launch, ref, tuple(described), dict(by_config or {}), dict(kwargs),
+                                   target, max_shared)
+    if isinstance(reuse, LargestFirst) and getattr(reuse, "target", None) == target:
+        reuse.inner.compile_fn = compile_fn  # the warm processes serve the new key
         return reuse
-    return LargestFirst(builder)
+    builder = triton_builder(ref, described, target=target, jobs=jobs, stream=stream, max_shared=max_shared)
+    builder.compile_fn = compile_fn
+    out = LargestFirst(builder)
+    out.target = target
+    return out
 
 
 def compile_cost(config: Config) -> float:
@@ -172,6 +215,7 @@ class LargestFirst:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.jobs = getattr(inner, "jobs", 1)
+        self.target: Any = None  # what the processes compile for (a builder for another is not reused)
 
     def build(self, configs: Sequence[Config]) -> Any:
         return self.inner.build(sorted(configs, key=compile_cost, reverse=True))
@@ -183,18 +227,17 @@ class LargestFirst:
 def gpu_runner(kernel: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any],
                grid: Any, configs: Sequence[Config], reference: Any, timer: Any, seed: int,
                tolerance: float | None = None, interpreted: bool = False, confirm_timer: Any = None,
-               reuse: Any = None) -> Any:
+               reuse: Any = None, reset_to_zero: Sequence[str] = ()) -> Any:
     """A GpuRunner measuring this launch's candidates in an isolated worker (on the CPU
     under TRITON_INTERPRET=1); with `reuse` (a GpuRunner), its worker takes this task."""
     from ...measure.gpu import GpuRunner, GpuTask
 
     ref = kernel_ref(kernel)
-    described = describe(args)
+    zero = [i for i, n in enumerate(arg_names[:len(args)]) if n in reset_to_zero]
+    described = describe(args, zero)
     if ref is None or described is None:
         raise ValueError("this launch cannot be measured in an isolated worker")
-    checked = [i for i, a in enumerate(described) if getattr(a, "checked", False)]
-    task_reference = functools.partial(call_reference, reference, tuple(arg_names), tuple(checked)) \
-        if reference is not None else None
+    task_reference = functools.partial(call_reference, reference) if reference is not None else None
     launch = functools.partial(launch_jit, ref, grids_for(grid, arg_names, args, kwargs, configs), dict(kwargs))
     devices, device = None, "cpu"
     if not interpreted:
@@ -205,7 +248,8 @@ def gpu_runner(kernel: Any, arg_names: Sequence[str], args: Sequence[Any], kwarg
             raise ValueError("isolated measurement on a device other than the first visible one")
         devices, device = ([index] if visible is None else None), "cuda"
     task = GpuTask(launch, tuple(described), reference=task_reference, seed=seed, device=device,
-                   timer=timer, rtol=tolerance, atol=tolerance, name=ref)
+                   timer=timer, rtol=tolerance, atol=tolerance, name=ref, infer_roles=True,
+                   arg_names=tuple(arg_names[:len(args)]))
     if reuse is not None and callable(getattr(reuse, "set_task", None)):
         reuse.set_task(task)
         return EarlyStart(reuse, confirm_timer)

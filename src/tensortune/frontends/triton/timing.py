@@ -20,13 +20,18 @@ from ...measure import Timer
 
 
 class DoBenchTimer:
-    """Adapts a Triton-style `do_bench(fn, quantiles)` (milliseconds) to a timer."""
+    """Adapts a Triton-style `do_bench(fn, quantiles)` (milliseconds) to a timer; what it
+    returned for each configuration is kept in `returned` (Triton's `configs_timings`)."""
 
     def __init__(self, do_bench: Callable[..., Any]) -> None:
         self.do_bench = do_bench
+        self.returned: dict[Any, Any] = {}
 
     def time(self, fn: Callable[[], object]) -> tuple[float, ...]:
         out = self.do_bench(fn, quantiles=(0.5, 0.2, 0.8))
+        config = getattr(fn, "config", None)
+        if config is not None:
+            self.returned[config] = out
         values = [float(v) for v in (out if isinstance(out, (list, tuple)) else [out])]
         return tuple(sorted(v / 1e3 for v in values))
 

@@ -24,13 +24,15 @@ from ...db import Database, Target, Workload
 from ...measure import Builder, MeasureResult
 from ...space import Config, Space
 from ...tuner import Budget, TuneResult, Tuner
+from .compat import AutotunerError
 from .runner import LaunchRunner
 
 SPACE_DEFAULT_TRIALS = 100
 
 
-class TuningFailed(RuntimeError):
-    """Every candidate of a key failed; the message lists why, per configuration."""
+class TuningFailed(AutotunerError, RuntimeError):
+    """Every candidate of a key failed; the message lists why, per configuration (a Triton
+    `AutotunerError`, so code that catches Triton's errors catches it)."""
 
 
 def default_budget(space_size: int, listed: bool) -> Budget:
