@@ -14,7 +14,9 @@ floats, the largest value for integers):
 Only the elements the reference wrote are compared (a causal kernel leaves half of its output
 alone by design). Without a reference function, the first few candidates are compared with
 each other and the largest group that agrees becomes the reference (`elect`), so one wrong
-configuration cannot become the yardstick that fails every right one. The election says how
+configuration cannot become the yardstick that fails every right one. Two candidates agree
+when they match where both wrote and what only one of them wrote is a constant (the zeros a
+tile across a causal mask writes); the elements every member of the group wrote are compared. The election says how
 strong the check was: `consensus` when at least two configurations agreed, `weak` otherwise.
 
 Example:
@@ -228,8 +230,8 @@ def agree(a: Outcome, b: Outcome, roles: Sequence[str],
         tol = tolerance_of(va, tolerance)
         if role == OUTPUT and wa is not None and wb is not None:
             both = wa & wb
-            if 2 * int(both.sum()) < max(int(wa.sum()), int(wb.sum())):
-                return False  # one wrote far less than the other: not the same computation
+            if bool(wa.any()) != bool(wb.any()) or not (_constant(va[wa & ~wb]) and _constant(vb[wb & ~wa])):
+                return False  # one wrote values the other left alone: not the same computation
             why = differs("", va[both], vb[both], tol)
         else:
             why = differs("", va, vb, tol)
@@ -288,6 +290,11 @@ def elect(pool: Sequence[Outcome], roles: Sequence[str],
         written.append(both)
     return Election(Outcome(leader.values, tuple(written)), tuple(best), len(pool),
                     "consensus" if len(best) >= 2 else "weak")
+
+
+def _constant(values: Any) -> bool:
+    """Whether elements hold one value (the zeros a masked tile writes, say), or none at all."""
+    return values.numel() == 0 or bool((values == values.reshape(-1)[0]).all())
 
 
 def _name(names: Sequence[str], i: int) -> str:

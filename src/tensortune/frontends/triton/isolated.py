@@ -306,6 +306,10 @@ class EarlyStart:
 
         yield from self.inner.run(drain())
 
+    @property
+    def check_note(self) -> str:
+        return str(getattr(self.inner, "check_note", "") or "")
+
     def confirm(self, results: Sequence[Any], **kw: Any) -> Any:
         self._wait()
         if self.confirm_timer is not None:
