@@ -105,3 +105,43 @@ def test_adaptive_timeout_follows_the_observed_quantile():
     assert t.current() == 16.0
     t.observe(100.0)
     assert t.current() == 60  # never above the initial limit
+
+
+@triton.jit
+def desc_copy_kernel(x_desc, y_desc, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr):
+    row = tl.program_id(0) * BLOCK_M
+    flat = tl.reshape(x_desc.load([row, 0]), [BLOCK_M * WIDTH])  # needs the block shape the pre_hook sets
+    y_desc.store([row, 0], tl.reshape(flat, [BLOCK_M, WIDTH]))
+
+
+def desc_block_shape(nargs):  # as the pre_hook of Triton's fused-attention tutorial sets it
+    nargs["x_desc"].block_shape = [nargs["BLOCK_M"], nargs["WIDTH"]]
+    nargs["y_desc"].block_shape = [nargs["BLOCK_M"], nargs["WIDTH"]]
+
+
+def test_descriptors_compile_with_the_block_shape_their_configs_pre_hook_sets(tmp_path, monkeypatch):
+    import functools
+
+    torch = pytest.importorskip("torch")
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from tensortune.frontends.triton.isolated import compile_args, compile_args_by_config
+    from tensortune.measure.triton_compile import compile_for_launch, warm_triton
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    x = torch.empty(256, 64, dtype=torch.float16)
+    placeholder = [1, 1]  # the tutorial's dummy block shape, replaced by the pre_hook at each launch
+    args = (TensorDescriptor(x, [256, 64], [64, 1], placeholder), TensorDescriptor(x, [256, 64], [64, 1], placeholder))
+    configs = [Config(BLOCK_M=m, WIDTH=64, num_warps=4, num_stages=3) for m in (64, 128)]
+    meta_of = lambda c: dict(c)  # noqa: E731
+    by_config = compile_args_by_config(args, {}, ["x_desc", "y_desc"], configs,
+                                       {c: desc_block_shape for c in configs}, meta_of)
+    assert args[0].block_shape == [1, 1]  # the hook ran on copies
+    ref, target = kernel_reference(desc_copy_kernel), ("cuda", 90, 32)
+    env = {"TRITON_CACHE_DIR": str(tmp_path / "cache")}
+    fixed = functools.partial(compile_for_launch, ref, tuple(compile_args(args)), by_config, {}, target, None)
+    unfixed = functools.partial(compile_for_launch, ref, tuple(compile_args(args)), {}, {}, target, None)
+    with ParallelCompiler(fixed, jobs=1, env=env, warm=functools.partial(warm_triton, target)) as pool:
+        assert [r.ok for r in pool.build(configs)] == [True, True], [r.message for r in pool.build(configs)]
+        pool.compile_fn = unfixed  # compiled with the placeholder, as before: every configuration fails
+        assert {r.error for r in pool.build(configs)} == {ErrorKind.COMPILE_ERROR}
