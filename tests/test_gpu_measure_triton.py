@@ -145,3 +145,28 @@ def test_descriptors_compile_with_the_block_shape_their_configs_pre_hook_sets(tm
         assert [r.ok for r in pool.build(configs)] == [True, True], [r.message for r in pool.build(configs)]
         pool.compile_fn = unfixed  # compiled with the placeholder, as before: every configuration fails
         assert {r.error for r in pool.build(configs)} == {ErrorKind.COMPILE_ERROR}
+
+
+@triton.jit
+def tile_product_kernel(a, b, c, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    offs_m, offs_n, offs_k = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), tl.float32)
+    for k in range(0, K, BK):
+        x = tl.load(a + offs_m[:, None] * K + (k + offs_k)[None, :])
+        y = tl.load(b + (k + offs_k)[:, None] * BN + offs_n[None, :])
+        acc = tl.dot(x, y, acc)
+    tl.store(c + offs_m[:, None] * BN + offs_n[None, :], acc.to(tl.float16))
+
+
+def test_a_kernel_short_of_shared_memory_is_rejected_before_the_assembler_runs(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    cache = tmp_path / "triton-cache"
+    fits = Config(BM=64, BN=64, BK=32, num_warps=4, num_stages=3)
+    too_big = Config(BM=256, BN=256, BK=128, num_warps=8, num_stages=5)  # about 640 KB of shared memory
+    results = precompile(kernel_reference(tile_product_kernel), [fits, too_big],
+                         [TensorArg((256, 4096), "float16"), TensorArg((4096, 256), "float16"),
+                          TensorArg((256, 256), "float16", output=True), 4096],
+                         target=("cuda", 90, 32), jobs=2, max_shared=232448, env={"TRITON_CACHE_DIR": str(cache)})
+    assert results[0].ok and results[0].artifact.shared_bytes <= 232448
+    assert results[1].error is ErrorKind.OUT_OF_RESOURCES and "the device allows 232448" in results[1].message
+    assert len(list(cache.rglob("tile_product_kernel.cubin"))) == 1  # no assembler run for the one rejected

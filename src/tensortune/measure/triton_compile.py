@@ -233,8 +233,8 @@ class _CompileOnlyDriver:
 
 
 def warm_triton(target: tuple[str, int, int] | None) -> str:
-    """Import Triton (and torch) in a compile process and install the driver for `target`."""
-    import torch  # noqa: F401 - dtypes for warmup arguments
+    """Import Triton in a compile process (not torch: arguments stand in for tensors) and
+    install the driver for `target`."""
     import triton  # noqa: F401
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
@@ -242,7 +242,78 @@ def warm_triton(target: tuple[str, int, int] | None) -> str:
     if target is not None and not worker_state().get("compile_only_driver"):
         driver.set_active(_CompileOnlyDriver(GPUTarget(*target)))
         worker_state()["compile_only_driver"] = True
+    _stop_early_when_shared_memory_is_short()
     return str(os.getpid())
+
+
+_SHARED_LIMIT: list[int | None] = [None]  # this compile's limit (compile processes compile one at a time)
+
+
+def _stop_early_when_shared_memory_is_short() -> None:
+    """In a compile process: a kernel needing more shared memory than the device has is
+    rejected as soon as that is known (after the LLVM IR stage), before the assembler runs.
+    The stages themselves are unchanged, so a compile that passes lands in Triton's cache
+    under the key a launch looks up."""
+    state = worker_state()
+    if state.get("shared_memory_check"):
+        return
+    state["shared_memory_check"] = True
+    try:
+        from triton.backends.nvidia.compiler import CUDABackend
+    except ImportError:  # no CUDA backend: nothing to check early
+        return
+    original = CUDABackend.add_stages
+
+    def add_stages(self: Any, stages: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        original(self, stages, *args, **kwargs)
+        llir = stages.get("llir")
+        if llir is None:
+            return
+
+        def checked(src: Any, metadata: dict[str, Any]) -> Any:
+            out = llir(src, metadata)
+            limit, shared = _SHARED_LIMIT[0], metadata.get("shared")
+            if limit is not None and shared is not None and int(shared) > limit:
+                raise CandidateError(ErrorKind.OUT_OF_RESOURCES,
+                                     f"needs {shared} bytes of shared memory; the device allows {limit}")
+            return out
+
+        stages["llir"] = checked
+
+    CUDABackend.add_stages = add_stages
+
+
+class _Dtype:
+    """A torch dtype's stand-in in a compile process (Triton reads its text and size)."""
+
+    def __init__(self, name: str) -> None:
+        from .gpu.args import _ITEMSIZE
+
+        self.name = name
+        self.itemsize = _ITEMSIZE.get(name, 1)
+        self.is_floating_point = name.startswith(("float", "bfloat"))
+
+    def __str__(self) -> str:
+        return f"torch.{self.name}"
+
+    __repr__ = __str__
+
+
+class _Tensor:
+    """A tensor's stand-in for compiling: a dtype and an aligned address, no data."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = _Dtype(dtype)
+        self.shape = (1,)
+        self.data = None
+        self.device = "cpu"
+
+    @staticmethod
+    def data_ptr() -> int:
+        return 0
+
+    def stride(self, *args: Any) -> Any:
+        return 1 if args else (1,)
 
 
 @dataclass(frozen=True)
@@ -265,21 +336,17 @@ class ReinterpretedArg:
 
 def _warmup_arg(arg: Any) -> Any:
     if isinstance(arg, TensorArg):
-        import torch
-
-        return getattr(torch, arg.dtype)
+        return _Tensor(arg.dtype)
     if isinstance(arg, DescriptorArg):
-        import torch
         from triton.tools.tensor_descriptor import TensorDescriptor
 
-        base = torch.empty(16, dtype=getattr(torch, arg.dtype))  # only its dtype and alignment matter
-        return TensorDescriptor(base, **{k: list(v) if isinstance(v, tuple) else v for k, v in arg.fields})
+        return TensorDescriptor(_Tensor(arg.dtype), **{k: list(v) if isinstance(v, tuple) else v
+                                                       for k, v in arg.fields})
     if isinstance(arg, ReinterpretedArg):
-        import torch
         import triton
         import triton.language as tl
 
-        return triton.reinterpret(torch.empty(16, dtype=getattr(torch, arg.dtype)), tl.dtype(arg.as_dtype))
+        return triton.reinterpret(_Tensor(arg.dtype), tl.dtype(arg.as_dtype))
     return arg
 
 
@@ -299,6 +366,7 @@ def compile_triton(kernel_ref: str, args: Sequence[Any], target: tuple[str, int,
     """Compile one configuration through the kernel's warmup path (runs in a compile process)."""
     warm_triton(target)
     kernel = _jit_function(kernel_ref)
+    _SHARED_LIMIT[0] = max_shared
     try:
         compiled = kernel.warmup(*[_warmup_arg(a) for a in args], grid=(1,), **dict(config))
     except CandidateError:
