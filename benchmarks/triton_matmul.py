@@ -370,7 +370,7 @@ def replay(opts):
                                     extra={"stage": "build"} if rejected else {})
 
     rows = {}
-    for mode in ("cold", "transfer", "sequential"):
+    for mode in opts.modes:
         for strategy in opts.strategies:
             scores = {}
             for seed in range(opts.repeats):
@@ -382,7 +382,7 @@ def replay(opts):
                         seeds = seed_configs(db, w, target, key, space, limit=max(1, opts.budget_run // 4))
                         strat = Seeded(strat, seeds) if seeds else strat
                     result = Tuner(space, Replay(table), workload=w, target=target, db=db, strategy=strat,
-                                   budget=budget, seed=seed, batch_size=8, progress=False,
+                                   budget=budget, seed=seed, batch_size=opts.batch, progress=False,
                                    transfer=mode != "cold").run()
                     shape = "x".join(str(w.key[k]) for k in ("M", "N", "K"))
                     scores.setdefault(shape, []).append(best / result.best_time)
@@ -685,6 +685,8 @@ def main():
     p.add_argument("--count-rejections", action="store_true",
                    help="replay: a configuration the compiler rejects uses up a measurement")
     p.add_argument("--strategies", nargs="+", default=["auto", "random"])
+    p.add_argument("--batch", type=int, default=8, help="replay: candidates asked for at once")
+    p.add_argument("--modes", nargs="+", default=["cold", "transfer", "sequential"], help="replay: which modes")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--shape")
     p.add_argument("--db")

@@ -10,8 +10,8 @@ import warnings
 import pytest
 
 from test_triton_kernels import (causal_scale_kernel, desc_scale_kernel, interpret,  # noqa: F401
-                                 matmul_args, matmul_grid, matmul_kernel, scale_inplace_kernel,
-                                 set_block_shape, torch, triton, widen_kernel)
+                                 matmul_args, matmul_grid, matmul_kernel, scale_heuristic_kernel,
+                                 scale_inplace_kernel, set_block_shape, torch, triton, widen_kernel)
 
 import tensortune as tt  # noqa: E402
 from tensortune.db import Database  # noqa: E402
@@ -220,3 +220,15 @@ def test_no_warning_when_the_check_is_strong(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", WeakCheck)
         k[lambda m: (triton.cdiv(100, m["BLOCK"]),)](torch.randn(100), 100, 2.0)
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_heuristics_under_the_autotuner_run_at_every_launch(tmp_path, isolate):
+    k = tt.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64)], key=["n"], isolate=isolate,
+                    timer=host_timer(), settings=settings(tmp_path))(scale_heuristic_kernel)
+    for n in (96, 100):  # EVEN for every block, then for none
+        x = torch.randn(n)
+        want = x * 2
+        k[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, n, 2.0)
+        torch.testing.assert_close(x, want)
+    assert all(r.ok for t in k.tunings.values() for r in t.result.history)

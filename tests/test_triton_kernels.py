@@ -112,6 +112,17 @@ def set_block_shape(nargs):
     nargs["y_desc"].block_shape = [nargs["BLOCK_M"], nargs["WIDTH"]]
 
 
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def scale_heuristic_kernel(x_ptr, n, factor, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    """scale_inplace_kernel with a meta-parameter its @triton.heuristics computes at each launch."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs) * factor)
+    else:
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * factor, mask=offs < n)
+
+
 @triton.jit
 def widen_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
     """y = 2 x, reading x as whatever it was reinterpreted as (e.g. float8 bits in uint8)."""

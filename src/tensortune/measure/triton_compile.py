@@ -199,15 +199,25 @@ def kernel_reference(kernel: Any) -> str:
     return f"{module}:{qualname}"
 
 
-def _jit_function(ref: str) -> Any:
-    from triton.runtime.jit import JITFunction
+AUTOTUNERS = ("AutotunedKernel", "Autotuner")  # tensortune's and Triton's autotuners
 
-    obj = resolve(ref)
-    while not isinstance(obj, JITFunction) and hasattr(obj, "fn"):
-        obj = obj.fn
-    if not isinstance(obj, JITFunction):
-        raise TypeError(f"{ref} is not a @triton.jit function (got {type(obj).__name__})")
+
+def launchable(obj: Any, ref: str = "") -> Any:
+    """What an autotuner launches: the object under any autotuners (a `@triton.heuristics`
+    wrapper, which computes its meta-parameters at each launch, or the `@triton.jit` function)."""
+    seen = 0
+    while any(b.__name__ in AUTOTUNERS for b in type(obj).__mro__):
+        obj = getattr(obj, "fn", None)
+        seen += 1
+        if obj is None or seen > 16:
+            break
+    if not callable(getattr(obj, "warmup", None)) or not callable(getattr(obj, "run", None)):
+        raise TypeError(f"{ref or obj!r} is not a @triton.jit function (got {type(obj).__name__})")
     return obj
+
+
+def _jit_function(ref: str) -> Any:
+    return launchable(resolve(ref), ref)
 
 
 class _CompileOnlyDriver:

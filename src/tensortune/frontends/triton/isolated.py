@@ -131,15 +131,12 @@ def why_not_isolated(*, hooks_in_python: bool, args: Sequence[Any], reference: A
 
 
 def resolve_jit(ref: str) -> Any:
-    """The @triton.jit function (or its interpreted form) named by "module:qualname"."""
+    """What the autotuned kernel named by "module:qualname" launches (its `@triton.heuristics`
+    wrapper, or the `@triton.jit` function or its interpreted form)."""
     from ...measure.gpu import resolve
+    from ...measure.triton_compile import launchable
 
-    obj = resolve(ref)
-    for _ in range(16):
-        if type(obj).__name__ in ("JITFunction", "InterpretedFunction"):
-            return obj
-        obj = getattr(obj, "fn", None)
-    raise TypeError(f"{ref} is not a @triton.jit function")
+    return launchable(resolve(ref), ref)
 
 
 def launch_jit(kernel_ref: str, grids: Mapping[str, tuple[int, ...]], extra: Mapping[str, Any],
