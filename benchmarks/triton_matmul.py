@@ -19,6 +19,9 @@ claims (a cold Triton cache where it says so):
 
 Usage (CUDA machine):  PYTHONPATH=src python benchmarks/triton_matmul.py --out OUT
                        [--triton-shapes 4096x4096x4096] (triton.autotune is ~3 min a shape)
+                       [--budget-cache cold] (budget runs compile from an empty Triton cache)
+                       [--sources DIR] (then the tutorial and third-party kernels of
+                       benchmarks/triton_kernels.py, side by side; --shapes none runs only those)
 Dry run on a CPU:      PYTHONPATH=src python benchmarks/triton_matmul.py --cpu
 """
 
@@ -153,7 +156,8 @@ def phase_tensortune(opts):
     seconds = time.perf_counter() - start
     (tuning,) = kernel.tunings.values()
     history = tuning.result.history
-    return {"seconds": seconds, "best": kernel.best_config.as_dict(), "trials": tuning.result.trials,
+    return {"seconds": seconds, "best": kernel.decision.config.as_dict(), "trials": tuning.result.trials,
+            "check": tuning.check, "confirmed": tuning.final.extra.get("confirmed"),
             "failed": sum(1 for r in history if not r.ok),
             "errors": sorted({str(r.error) for r in history if not r.ok}),
             "strategy": tuning.final.extra.get("strategy"), "confidence": tuning.final.extra.get("confidence"),
@@ -196,7 +200,7 @@ def phase_compare(opts):
         synchronize(opts.cpu)
         conf = confirm_winners(runs, timer, within=None, rounds=5)
         flops = 2.0 * M * N * K
-        out[shape] = {name: {"seconds": conf.medians[name], "tflops": flops / conf.medians[name] / 1e12}
+        out[shape] = {name: {"seconds": conf.medians[name], "tflops": flops / max(conf.medians[name], 1e-12) / 1e12}
                       for name in runs}
     out["dispatch"] = dispatch_overhead(opts)
     return out
@@ -213,7 +217,7 @@ def dispatch_overhead(opts):
                          timer=_cpu_timer() if opts.cpu else None)(matmul_kernel)
     grid = grid_of(M, N)
     kernel[grid](*args)
-    cfg = dict(kernel.best_config)
+    cfg = kernel.best_config.all_kwargs()
     n = 500 if not opts.cpu else 5
 
     def per_launch(fn):
@@ -263,7 +267,7 @@ def dispatch_stub(opts):
     kernel.interpreted = True  # no GPU here: record it under the interpreter's (CPU) target
     grid = (32, 32)
     kernel[grid](*args)  # tunes the key (the stub "runs" in no time)
-    cfg = dict(kernel.best_config)
+    cfg = kernel.best_config.all_kwargs()
     n = 100_000
     rounds = [(min(timeit.repeat(lambda: stub[grid](*args, **cfg), number=n, repeat=3)) / n,
                min(timeit.repeat(lambda: kernel[grid](*args), number=n, repeat=3)) / n) for _ in range(5)]
@@ -573,9 +577,13 @@ def orchestrate(opts):
         results.setdefault(slot, {})
         for shape in shapes:
             db = work / ("budget.db" if mode == "sequential" else f"budget-{shape}.db")  # sequential: one database
-            results[slot][shape] = run_phase("tensortune", {**env, "TRITON_CACHE_DIR": str(merged)}, log,
+            cache = merged if opts.budget_cache == "warm" else work / f"cache-budget-{mode}-{shape}"
+            results[slot][shape] = run_phase("tensortune", {**env, "TRITON_CACHE_DIR": str(cache)}, log,
                                              min(120, left()), shape=shape, db=db, budget=opts.budget_run,
                                              **common)
+            results[slot][shape]["triton_cache"] = opts.budget_cache
+            if cache != merged:
+                keep(cache)
             save()
             print("budget", mode, shape, results[slot][shape], flush=True)
     if exhaustive_shapes:
@@ -679,6 +687,10 @@ def main():
                    help="budget runs twice: every shape cold, then the shapes in order into one database")
     p.add_argument("--sequential", action="store_true",
                    help="budget runs tune the shapes one after another into one database (warm start)")
+    p.add_argument("--budget-cache", choices=("warm", "cold"), default="warm",
+                   help="budget runs start from the kernels compiled by the earlier runs (warm) or from none (cold)")
+    p.add_argument("--sources", help="also run benchmarks/triton_kernels.py on the kernel sources in this folder")
+    p.add_argument("--kernels-deadline", type=float, default=330.0, help="seconds for the kernels part")
     p.add_argument("--dispatch-stub", action="store_true",
                    help="measure the dispatch path alone, with a launcher that does nothing (any machine)")
     p.add_argument("--replay", help="score strategies on the measurements in this database (CPU)")
@@ -704,7 +716,16 @@ def main():
     if opts.phase:
         print(json.dumps(PHASES[opts.phase](opts), default=str))
         return
-    orchestrate(opts)
+    if opts.shapes != ["none"]:
+        orchestrate(opts)
+    if opts.sources:  # the tutorial and third-party kernels, side by side, in the same run
+        sys.path.insert(0, str(Path(__file__).parent))
+        import triton_kernels
+
+        kernel_opts = argparse.Namespace(sources=opts.sources, out=opts.out or os.environ.get("OUT"), cpu=opts.cpu,
+                                         cases=list(triton_kernels.CASES), deadline=opts.kernels_deadline,
+                                         timeout=150.0)
+        triton_kernels.print_table(triton_kernels.run_all(kernel_opts))
 
 
 if __name__ == "__main__":

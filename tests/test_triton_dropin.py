@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from test_triton_kernels import (causal_scale_kernel, desc_scale_kernel, interpret,  # noqa: F401
+from test_triton_kernels import (causal_scale_kernel, chunked_causal_kernel, desc_scale_kernel, interpret,  # noqa: F401
                                  matmul_args, matmul_grid, matmul_kernel, scale_heuristic_kernel,
                                  scale_inplace_kernel, set_block_shape, torch, triton, widen_kernel)
 
@@ -79,6 +79,21 @@ def test_outputs_left_unwritten_by_design_are_not_compared(tmp_path, isolate):
     wrong = [r for r in tuning.result.history if not r.ok]
     assert [r.config.get("BUG") for r in wrong] == [1]  # every right configuration passed, whatever it left
     assert "consensus" in tuning.check
+
+
+def test_tiles_of_other_shapes_across_a_causal_boundary_agree(tmp_path):
+    n = 64
+    configs = [triton.Config({"BM": m, "BN": b}) for m, b in ((16, 64), (32, 32), (64, 16), (16, 16))]
+    configs.append(triton.Config({"BM": 32, "BN": 32, "BUG": 1}))
+    k = tt.autotune(configs=configs, key=["n"], timer=host_timer(), settings=settings(tmp_path))(
+        chunked_causal_kernel)
+    x, y = torch.randn(n, n), torch.empty(n, n)
+    k[lambda m: (triton.cdiv(n, m["BM"]), triton.cdiv(n, m["BN"]))](x, y, n)
+    lower = torch.ones(n, n).tril().bool()
+    torch.testing.assert_close(y[lower], 2 * x[lower])
+    (tuning,) = k.tunings.values()
+    assert [r.config.get("BUG") for r in tuning.result.history if not r.ok] == [1]
+    assert tuning.check.startswith("consensus")
 
 
 def write_the_lower_triangle(x, y, n):

@@ -99,6 +99,22 @@ def causal_scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr 
 
 
 @triton.jit
+def chunked_causal_kernel(x_ptr, y_ptr, n, BM: tl.constexpr, BN: tl.constexpr, BUG: tl.constexpr = 0):
+    """y = 2 x on the tiles not wholly above the diagonal, as mamba's chunked causal matmul
+    skips them: which elements above the diagonal are written depends on the tile shape."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    if pid_n * BN < (pid_m + 1) * BM:
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        inside = (offs_m[:, None] < n) & (offs_n[None, :] < n)
+        y = tl.load(x_ptr + offs_m[:, None] * n + offs_n[None, :], mask=inside, other=0.0) * 2
+        if BUG:
+            y = y + 1
+        tl.store(y_ptr + offs_m[:, None] * n + offs_n[None, :], y, mask=inside)
+
+
+@triton.jit
 def desc_scale_kernel(x_desc, y_desc, factor, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr):
     """y = factor * x through tensor descriptors whose block shape [BLOCK_M, WIDTH] a
     configuration's pre_hook sets (as Triton's tutorials do)."""

@@ -15,8 +15,10 @@ Only the elements the reference wrote are compared (a causal kernel leaves half 
 alone by design). Without a reference function, the first few candidates are compared with
 each other and the largest group that agrees becomes the reference (`elect`), so one wrong
 configuration cannot become the yardstick that fails every right one. Two candidates agree
-when they match where both wrote and what only one of them wrote is a constant (the zeros a
-tile across a causal mask writes); the elements every member of the group wrote are compared. The election says how
+when they match where both wrote, and what only one of them wrote is a constant (the zeros a
+tile across a causal mask writes) or at most half of what it wrote (tiles of another size
+across a causal boundary); the elements every member of the group wrote are compared. A
+check that compares less than a quarter of the outputs is weak. The election says how
 strong the check was: `consensus` when at least two configurations agreed, `weak` otherwise.
 
 Example:
@@ -230,8 +232,11 @@ def agree(a: Outcome, b: Outcome, roles: Sequence[str],
         tol = tolerance_of(va, tolerance)
         if role == OUTPUT and wa is not None and wb is not None:
             both = wa & wb
-            if bool(wa.any()) != bool(wb.any()) or not (_constant(va[wa & ~wb]) and _constant(vb[wb & ~wa])):
-                return False  # one wrote values the other left alone: not the same computation
+            if bool(wa.any()) != bool(wb.any()):
+                return False
+            common, na, nb = int(both.sum()), int(wa.sum()), int(wb.sum())
+            if not (_constant(va[wa & ~wb]) and _constant(vb[wb & ~wa])) and 2 * common < max(na, nb):
+                return False  # one wrote much the other left alone, and not padding: not the same computation
             why = differs("", va[both], vb[both], tol)
         else:
             why = differs("", va, vb, tol)
@@ -254,8 +259,10 @@ class Election:
         seen, total = self.expected.compared
         if self.pooled == 1:
             what = "only one configuration ran: nothing to compare it with"
-        elif self.strength == "weak":
+        elif len(self.members) < 2:
             what = f"no two of {self.pooled} configurations agreed: the first is the reference"
+        elif self.strength == "weak":
+            what = f"{len(self.members)} of {self.pooled} configurations agreed on less than a quarter of the outputs"
         else:
             what = f"{len(self.members)} of {self.pooled} configurations agreed"
         return f"{what}; {seen} of {total} elements compared"
@@ -288,8 +295,12 @@ def elect(pool: Sequence[Outcome], roles: Sequence[str],
             if other is not None:
                 both &= other
         written.append(both)
-    return Election(Outcome(leader.values, tuple(written)), tuple(best), len(pool),
-                    "consensus" if len(best) >= 2 else "weak")
+    expected = Outcome(leader.values, tuple(written))
+    outputs = [(v, w) for v, w, r in zip(leader.values, written, roles) if r == OUTPUT and w is not None]
+    total = sum(v.numel() for v, _ in outputs)
+    too_little = total > 0 and 4 * sum(int(w.sum()) for _, w in outputs) < total
+    strong = len(best) >= 2 and not too_little
+    return Election(expected, tuple(best), len(pool), "consensus" if strong else "weak")
 
 
 def _constant(values: Any) -> bool:

@@ -360,6 +360,25 @@ def _warmup_arg(arg: Any) -> Any:
     return arg
 
 
+def _warmup_arg_torch(arg: Any) -> Any:
+    """The same arguments made with torch (dtypes, small tensors as bases)."""
+    import torch
+
+    if isinstance(arg, TensorArg):
+        return getattr(torch, arg.dtype)
+    if isinstance(arg, DescriptorArg):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        return TensorDescriptor(torch.empty(16, dtype=getattr(torch, arg.dtype)),
+                                **{k: list(v) if isinstance(v, tuple) else v for k, v in arg.fields})
+    if isinstance(arg, ReinterpretedArg):
+        import triton
+        import triton.language as tl
+
+        return triton.reinterpret(torch.empty(16, dtype=getattr(torch, arg.dtype)), tl.dtype(arg.as_dtype))
+    return arg
+
+
 def compile_for_launch(kernel_ref: str, args: Sequence[Any], by_config: Mapping[str, Sequence[Any]],
                        extra: Mapping[str, Any], target: tuple[str, int, int] | None, max_shared: int | None,
                        config: Config) -> TritonBinary:
@@ -378,7 +397,10 @@ def compile_triton(kernel_ref: str, args: Sequence[Any], target: tuple[str, int,
     kernel = _jit_function(kernel_ref)
     _SHARED_LIMIT[0] = max_shared
     try:
-        compiled = kernel.warmup(*[_warmup_arg(a) for a in args], grid=(1,), **dict(config))
+        try:
+            compiled = kernel.warmup(*[_warmup_arg(a) for a in args], grid=(1,), **dict(config))
+        except (TypeError, AttributeError, KeyError):  # a Triton the stand-ins do not suit: torch's own
+            compiled = kernel.warmup(*[_warmup_arg_torch(a) for a in args], grid=(1,), **dict(config))
     except CandidateError:
         raise
     except Exception as exc:  # noqa: BLE001 - the configuration's failure
