@@ -170,3 +170,29 @@ def test_a_kernel_short_of_shared_memory_is_rejected_before_the_assembler_runs(t
     assert results[0].ok and results[0].artifact.shared_bytes <= 232448
     assert results[1].error is ErrorKind.OUT_OF_RESOURCES and "the device allows 232448" in results[1].message
     assert len(list(cache.rglob("tile_product_kernel.cubin"))) == 1  # no assembler run for the one rejected
+
+
+def shared_memory_by_size(config):  # a fake compile: shared memory grows with the tile and the stages
+    from tensortune.measure import CandidateError
+
+    need = config["BLOCK"] * config["num_stages"] * 1024
+    if need > 200_000:
+        raise CandidateError(ErrorKind.OUT_OF_RESOURCES, f"needs {need} bytes of shared memory; the device allows "
+                                                         "200000")
+    return need
+
+
+def test_configurations_larger_than_one_short_of_shared_memory_are_not_compiled():
+    from tensortune.frontends.triton.isolated import CompileQueue
+
+    configs = [Config(BLOCK=b, num_stages=s, num_warps=w) for b in (32, 64, 128) for s in (2, 3, 4) for w in (4, 8)]
+    with ParallelCompiler(shared_memory_by_size, jobs=1) as pool:
+        queue = CompileQueue(pool)
+        results = {r.config: r for r in queue.build(configs)}
+    short = {c for c, r in results.items() if not r.ok}
+    assert short == {c for c in configs if c["BLOCK"] * c["num_stages"] * 1024 > 200_000}
+    skipped = {c for c in short if "not compiled" in results[c].message}
+    # the smallest short one of each warp count is compiled and rejected; the larger ones are not compiled
+    assert {(c["BLOCK"], c["num_stages"]) for c in short - skipped} == {(64, 4), (128, 2)}
+    assert skipped == {c for c in short if (c["BLOCK"], c["num_stages"]) in ((128, 3), (128, 4))}
+    assert all(results[c].compile_seconds == 0.0 for c in skipped)

@@ -91,6 +91,8 @@ class ParallelCompiler:
     `startup_timeout`, so imports do not count against the compile timeout. With
     `stream=True`, `build` returns an iterator of results in the order they finish, so a
     runner that accepts iterables (GpuRunner) measures early results while the rest compile.
+    `skip(config)`, when set, is asked just before a configuration is compiled: a reason
+    returned rejects it uncompiled (out of resources); `on_result(result)` hears every result.
     """
 
     def __init__(self, compile_fn: Callable[[Config], Any], *, jobs: int | None = None,
@@ -107,6 +109,8 @@ class ParallelCompiler:
         self.warm = warm
         self.startup_timeout = startup_timeout
         self.stream = stream
+        self.skip: Callable[[Config], str | None] | None = None
+        self.on_result: Callable[[BuildResult], None] | None = None
         self._workers: list[tuple[IsolatedWorker, list[bool]]] = []
 
     def build(self, configs: Sequence[Config]) -> Any:
@@ -142,13 +146,17 @@ class ParallelCompiler:
     def _serve(self, slot: tuple[IsolatedWorker, list[bool]], todo: queue.Queue, out: queue.Queue) -> None:
         worker, warmed = slot
         while (config := todo.get()) is not None:
+            why = self.skip(config) if self.skip is not None else None
+            if why:
+                self._put(out, BuildResult(config, None, ErrorKind.OUT_OF_RESOURCES, why, 0.0))
+                continue
             try:
                 if not warmed[0] and self.warm is not None:
                     worker.call(self.warm, timeout=self.startup_timeout)
                 warmed[0] = True
             except CandidateError as exc:
                 warmed[0] = False
-                out.put(BuildResult(config, None, exc.kind, f"compile process failed to start: {exc}"))
+                self._put(out, BuildResult(config, None, exc.kind, f"compile process failed to start: {exc}"))
                 continue
             limit = self.timeout.current()
             start = time.perf_counter()
@@ -161,11 +169,16 @@ class ParallelCompiler:
                 message = str(exc)
                 if exc.kind is ErrorKind.TIMEOUT:
                     message = f"compile did not finish within {limit:.1f} s (adaptive timeout); process killed"
-                out.put(BuildResult(config, None, exc.kind, message[:4000], seconds))
+                self._put(out, BuildResult(config, None, exc.kind, message[:4000], seconds))
                 continue
             seconds = time.perf_counter() - start
             self.timeout.observe(seconds)
-            out.put(BuildResult(config, artifact, None, "", seconds))
+            self._put(out, BuildResult(config, artifact, None, "", seconds))
+
+    def _put(self, out: queue.Queue, result: BuildResult) -> None:
+        if self.on_result is not None:
+            self.on_result(result)
+        out.put(result)
 
     @property
     def restarts(self) -> int:

@@ -27,6 +27,7 @@ import os
 import pickle
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -186,36 +187,77 @@ def parallel_builder(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
     max_shared = device_max_shared()
     compile_fn = functools.partial(compile_for_launch, ref, tuple(described), dict(by_config or {}), dict(kwargs),
                                    target, max_shared)
-    if isinstance(reuse, LargestFirst) and getattr(reuse, "target", None) == target:
+    if isinstance(reuse, CompileQueue) and getattr(reuse, "target", None) == target:
         reuse.inner.compile_fn = compile_fn  # the warm processes serve the new key
+        reuse.reset()
         return reuse
     builder = triton_builder(ref, described, target=target, jobs=jobs, stream=stream, max_shared=max_shared)
     builder.compile_fn = compile_fn
-    out = LargestFirst(builder)
+    out = CompileQueue(builder)
     out.target = target
     return out
 
 
 def compile_cost(config: Config) -> float:
-    """A guess at how long a configuration takes to compile: larger tiles, more stages and
-    warps take longer (used only to order the compile queue)."""
+    """A guess at how much a configuration asks of the compiler (and of shared memory):
+    larger tiles, more stages and warps (used only to order the compile queue)."""
     import math
 
     return sum(math.log2(v) for v in config.values() if isinstance(v, (int, float)) and not isinstance(v, bool)
                and v > 1)
 
 
-class LargestFirst:
-    """Hands a batch to the parallel compiler slowest-looking first, so the last compiles
-    to finish are short ones and the pool does not idle behind one long compile."""
+def at_least_as_large(config: Config, than: Config) -> bool:
+    """Whether `config` asks for at least as much as `than` in every tile size and stage count
+    (numeric meta-parameters and `num_stages` no smaller; `num_warps` and everything else equal)."""
+    if set(config) != set(than):
+        return False
+    for name, mine in config.items():
+        theirs = than[name]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (mine, theirs))
+        if numeric and name != "num_warps":
+            if mine < theirs:
+                return False
+        elif mine != theirs:
+            return False
+    return True
+
+
+class CompileQueue:
+    """Hands a batch to the parallel compiler smallest-looking first, and rejects without
+    compiling a configuration at least as large as one that needed more shared memory than
+    the device has (`at_least_as_large`): shared memory grows with tile sizes and stages, and
+    such a compile is among the longest. What was rejected is forgotten with `reset` (a new key)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.jobs = getattr(inner, "jobs", 1)
         self.target: Any = None  # what the processes compile for (a builder for another is not reused)
+        self._short: list[tuple[Config, str]] = []
+        self._lock = threading.Lock()
+        inner.skip, inner.on_result = self._dominated, self._learn
 
     def build(self, configs: Sequence[Config]) -> Any:
-        return self.inner.build(sorted(configs, key=compile_cost, reverse=True))
+        return self.inner.build(sorted(configs, key=compile_cost))
+
+    def reset(self) -> None:
+        with self._lock:
+            self._short.clear()
+
+    def _learn(self, result: Any) -> None:
+        if getattr(result.error, "value", None) == "out_of_resources" and "shared memory" in result.message \
+                and "not compiled" not in result.message:
+            with self._lock:
+                self._short.append((result.config, result.message))
+
+    def _dominated(self, config: Config) -> str | None:
+        with self._lock:
+            short = list(self._short)
+        for smaller, why in short:
+            if at_least_as_large(config, smaller):
+                return (f"not compiled: at least as large in every tile size and stage count as "
+                        f"{smaller.to_json()}, which {why}")
+        return None
 
     def close(self) -> None:
         self.inner.close()
@@ -267,6 +309,8 @@ class EarlyStart:
         self.confirm_timer = confirm_timer
         self._ready: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._started = time.perf_counter()
+        self.ready_seconds: float | None = None  # how long the worker took to be ready for the task
         slots, prepare = getattr(inner, "_slots", None), getattr(inner, "_ensure_ready", None)
         if slots and callable(prepare):  # only the first worker: it also confirms winners
             self._ready = threading.Thread(target=self._prepare, args=(prepare, slots[0]), daemon=True)
@@ -275,6 +319,7 @@ class EarlyStart:
     def _prepare(self, prepare: Callable[[Any], None], slot: Any) -> None:
         try:
             prepare(slot)
+            self.ready_seconds = round(time.perf_counter() - self._started, 3)
         except BaseException as exc:  # noqa: BLE001 - the inner runner reports it on first use
             self._error = exc
 

@@ -390,7 +390,7 @@ class AutotunedKernel(KernelInterface):
         if shared is not None:  # kept warm for the next key
             if isinstance(runner, isolated.EarlyStart):
                 shared["runner"] = runner
-            if isinstance(builder, isolated.LargestFirst):
+            if isinstance(builder, isolated.CompileQueue):
                 shared["builder"] = builder
         return runner, builder
 

@@ -107,6 +107,7 @@ def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: 
                                  "strategy": tuner.strategy.name or "custom",
                                  "first_result_seconds": round(first[0], 3) if first else None,
                                  "search_seconds": round(searched, 3), "check": check,
+                                 "worker_ready_seconds": getattr(runner, "ready_seconds", None),
                                  "tuning_seconds": round(time.perf_counter() - start, 3)})
     db.add(workload, target, final, strategy=tuner.strategy.name, session=result.session)
     return KeyTuning(final.config, result, final, check)
