@@ -196,3 +196,29 @@ def test_configurations_larger_than_one_short_of_shared_memory_are_not_compiled(
     assert {(c["BLOCK"], c["num_stages"]) for c in short - skipped} == {(64, 4), (128, 2)}
     assert skipped == {c for c in short if (c["BLOCK"], c["num_stages"]) in ((128, 3), (128, 4))}
     assert all(results[c].compile_seconds == 0.0 for c in skipped)
+
+
+def test_the_compile_only_driver_asks_the_real_driver_what_compiling_does_not_need(monkeypatch):
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    from tensortune.measure.triton_compile import _CompileOnlyDriver
+
+    stand_in = _CompileOnlyDriver(GPUTarget("cuda", 90, 32))
+    assert stand_in.get_current_target().arch == 90 and stand_in.get_current_stream() == 0
+
+    class RealDriver:  # what a GPU machine's driver answers a module at import (Triton's tutorials do)
+        def get_active_torch_device(self):
+            return "cuda:0"
+
+    monkeypatch.setattr(driver, "_default", RealDriver())
+    assert stand_in.get_active_torch_device() == "cuda:0"
+    monkeypatch.setattr(driver, "_default", None)
+    def no_gpu():
+        raise RuntimeError("0 active drivers")
+
+    import sys
+
+    monkeypatch.setattr(sys.modules["triton.runtime.driver"], "_create_driver", no_gpu)
+    with pytest.raises(AttributeError, match="sees no GPU driver"):
+        stand_in.get_active_torch_device()

@@ -234,7 +234,12 @@ def _jit_function(ref: str) -> Any:
 
 
 class _CompileOnlyDriver:
-    """Stands in for the GPU driver so a process without a GPU can compile for `target`."""
+    """Stands in for the GPU driver so a process without a GPU can compile for `target`.
+
+    What compiling needs it answers itself (the target, device 0, stream 0); anything else a
+    kernel's module asks when it is imported (Triton's tutorials ask the active driver for
+    its torch device) goes to the machine's real driver, where there is one.
+    """
 
     def __init__(self, target: Any) -> None:
         self.target = target
@@ -252,7 +257,16 @@ class _CompileOnlyDriver:
         return self.target
 
     def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"the compile-only driver cannot {name}: this process compiles, never launches")
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            from triton.runtime import driver
+
+            real = driver.default
+        except Exception as exc:  # noqa: BLE001 - no GPU here: nothing to ask
+            raise AttributeError(f"the compile-only driver cannot {name} and this process sees no GPU driver "
+                                 f"to ask ({exc})") from None
+        return getattr(real, name)
 
 
 def warm_triton(target: tuple[str, int, int] | None) -> str:
