@@ -247,3 +247,16 @@ def test_heuristics_under_the_autotuner_run_at_every_launch(tmp_path, isolate):
         k[lambda m: (triton.cdiv(n, m["BLOCK"]),)](x, n, 2.0)
         torch.testing.assert_close(x, want)
     assert all(r.ok for t in k.tunings.values() for r in t.result.history)
+
+
+def test_an_accumulating_kernel_with_reset_to_zero_in_the_isolated_worker(tmp_path):
+    from test_triton_kernels import sum_atomic_kernel
+
+    k = tt.autotune([triton.Config({"BLOCK": b}) for b in (16, 32, 64)], key=["n"], reset_to_zero=["out_ptr"],
+                    isolate=True, timer=host_timer(), settings=settings(tmp_path))(sum_atomic_kernel)
+    x, out = torch.randn(200), torch.zeros(1)
+    k[lambda m: (triton.cdiv(200, m["BLOCK"]),)](x, out, 200)
+    torch.testing.assert_close(out[0], x.sum(), rtol=1e-5, atol=1e-5)
+    (tuning,) = k.tunings.values()
+    assert all(r.ok and r.extra.get("device") == "cpu" for r in tuning.result.history)
+    assert tuning.check.startswith("consensus")
