@@ -87,6 +87,6 @@ def test_the_kernel_benchmark_takes_the_named_definitions_and_swaps_only_the_dec
     (tmp_path / "src" / "upstream_like.py").write_text(UPSTREAM_LIKE)
     pytest.importorskip("torch")
     monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the work folder on it
-    monkeypatch.setattr(sys, "modules", dict(sys.modules))
     module = triton_kernels.load(tmp_path / "src", tmp_path, "upstream_like.py", "tensortune")
     assert type(module.double_kernel).__name__ == "AutotunedKernel"
+    sys.modules.pop(module.__name__, None)
