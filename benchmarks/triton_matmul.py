@@ -19,6 +19,9 @@ claims (a cold Triton cache where it says so):
 
 Usage (CUDA machine):  PYTHONPATH=src python benchmarks/triton_matmul.py --out OUT
                        [--triton-shapes 4096x4096x4096] (triton.autotune is ~3 min a shape)
+                       [--budget-cache cold] (budget runs compile from an empty Triton cache)
+                       [--sources DIR] (then the tutorial and third-party kernels of
+                       benchmarks/triton_kernels.py, side by side; --shapes none runs only those)
 Dry run on a CPU:      PYTHONPATH=src python benchmarks/triton_matmul.py --cpu
 """
 
@@ -153,13 +156,16 @@ def phase_tensortune(opts):
     seconds = time.perf_counter() - start
     (tuning,) = kernel.tunings.values()
     history = tuning.result.history
-    return {"seconds": seconds, "best": kernel.best_config.as_dict(), "trials": tuning.result.trials,
+    return {"seconds": seconds, "best": kernel.decision.config.as_dict(), "trials": tuning.result.trials,
+            "check": tuning.check, "confirmed": tuning.final.extra.get("confirmed"),
             "failed": sum(1 for r in history if not r.ok),
             "errors": sorted({str(r.error) for r in history if not r.ok}),
             "strategy": tuning.final.extra.get("strategy"), "confidence": tuning.final.extra.get("confidence"),
             "compile_seconds_total": round(sum(r.compile_seconds for r in history), 2),
             "measure_seconds_total": round(sum(r.run_seconds for r in history), 2),
             "first_result_seconds": tuning.final.extra.get("first_result_seconds"),
+            "worker_ready_seconds": tuning.final.extra.get("worker_ready_seconds"),
+            "rejected_uncompiled": sum(1 for r in history if "not compiled" in (r.message or "")),
             "search_seconds": tuning.final.extra.get("search_seconds"),
             "tuning_seconds": tuning.final.extra.get("tuning_seconds"),
             "isolated": any("device" in r.extra for r in history)}
@@ -196,7 +202,7 @@ def phase_compare(opts):
         synchronize(opts.cpu)
         conf = confirm_winners(runs, timer, within=None, rounds=5)
         flops = 2.0 * M * N * K
-        out[shape] = {name: {"seconds": conf.medians[name], "tflops": flops / conf.medians[name] / 1e12}
+        out[shape] = {name: {"seconds": conf.medians[name], "tflops": flops / max(conf.medians[name], 1e-12) / 1e12}
                       for name in runs}
     out["dispatch"] = dispatch_overhead(opts)
     return out
@@ -213,7 +219,7 @@ def dispatch_overhead(opts):
                          timer=_cpu_timer() if opts.cpu else None)(matmul_kernel)
     grid = grid_of(M, N)
     kernel[grid](*args)
-    cfg = dict(kernel.best_config)
+    cfg = kernel.best_config.all_kwargs()
     n = 500 if not opts.cpu else 5
 
     def per_launch(fn):
@@ -263,7 +269,7 @@ def dispatch_stub(opts):
     kernel.interpreted = True  # no GPU here: record it under the interpreter's (CPU) target
     grid = (32, 32)
     kernel[grid](*args)  # tunes the key (the stub "runs" in no time)
-    cfg = dict(kernel.best_config)
+    cfg = kernel.best_config.all_kwargs()
     n = 100_000
     rounds = [(min(timeit.repeat(lambda: stub[grid](*args, **cfg), number=n, repeat=3)) / n,
                min(timeit.repeat(lambda: kernel[grid](*args), number=n, repeat=3)) / n) for _ in range(5)]
@@ -308,6 +314,22 @@ def phase_second(opts):
         d = [d for d in kernel.decisions().values() if d.key.values == (M, N, K)][0]
         out["shapes"][shape] = {"first_launch_seconds": first, "source": d.source, "config": d.config.as_dict()}
     out["measurements"] = calls["n"]
+    return out
+
+
+def phase_direct(opts):
+    """Triton's own first launch of a compiled configuration in a fresh process (the part of
+    a warm start that is not tensortune's): the exhaustive run's winner, launched directly."""
+    out = {"shapes": {}}
+    for shape in opts.shapes:
+        M, N, K = parse(shape)
+        cfg = {k: v for k, v in json.loads(opts.picks)[shape].items() if v is not None}
+        args = make_args(M, N, K, opts.device, opts.dtype)
+        synchronize(opts.cpu)
+        start = time.perf_counter()
+        matmul_kernel[grid_of(M, N)](*args, **cfg)
+        synchronize(opts.cpu)
+        out["shapes"][shape] = {"first_launch_seconds": time.perf_counter() - start, "config": cfg}
     return out
 
 
@@ -370,7 +392,7 @@ def replay(opts):
                                     extra={"stage": "build"} if rejected else {})
 
     rows = {}
-    for mode in ("cold", "transfer", "sequential"):
+    for mode in opts.modes:
         for strategy in opts.strategies:
             scores = {}
             for seed in range(opts.repeats):
@@ -382,7 +404,7 @@ def replay(opts):
                         seeds = seed_configs(db, w, target, key, space, limit=max(1, opts.budget_run // 4))
                         strat = Seeded(strat, seeds) if seeds else strat
                     result = Tuner(space, Replay(table), workload=w, target=target, db=db, strategy=strat,
-                                   budget=budget, seed=seed, batch_size=8, progress=False,
+                                   budget=budget, seed=seed, batch_size=opts.batch, progress=False,
                                    transfer=mode != "cold").run()
                     shape = "x".join(str(w.key[k]) for k in ("M", "N", "K"))
                     scores.setdefault(shape, []).append(best / result.best_time)
@@ -464,7 +486,7 @@ def phase_grid(opts):
 
 
 PHASES = {"grid": phase_grid, "triton": phase_triton, "tensortune": phase_tensortune, "compare": phase_compare,
-          "second": phase_second}
+          "second": phase_second, "direct": phase_direct}
 
 
 # ---- the orchestrator ---------------------------------------------------------------------------------
@@ -561,11 +583,7 @@ def orchestrate(opts):
         else:
             results["grid_error"] = grid["error"]
         save()
-    if exhaustive_shapes:
-        exhaustive(exhaustive_shapes[0])
-    if exhaustive_shapes and exhaustive_shapes[0] in triton_shapes:
-        with_triton(exhaustive_shapes[0])
-    for shape in exhaustive_shapes[1:]:
+    for shape in exhaustive_shapes:  # (triton.autotune, minutes a shape, runs last: what is left of the deadline)
         exhaustive(shape)
     modes = ["cold", "sequential"] if opts.cold_and_sequential else ["sequential" if opts.sequential else "cold"]
     for mode in modes:  # budget-limited, default strategy (compiled kernels on disk)
@@ -573,15 +591,23 @@ def orchestrate(opts):
         results.setdefault(slot, {})
         for shape in shapes:
             db = work / ("budget.db" if mode == "sequential" else f"budget-{shape}.db")  # sequential: one database
-            results[slot][shape] = run_phase("tensortune", {**env, "TRITON_CACHE_DIR": str(merged)}, log,
+            cache = merged if opts.budget_cache == "warm" else work / f"cache-budget-{mode}-{shape}"
+            results[slot][shape] = run_phase("tensortune", {**env, "TRITON_CACHE_DIR": str(cache)}, log,
                                              min(120, left()), shape=shape, db=db, budget=opts.budget_run,
                                              **common)
+            results[slot][shape]["triton_cache"] = opts.budget_cache
+            if cache != merged:
+                keep(cache)
             save()
             print("budget", mode, shape, results[slot][shape], flush=True)
     if exhaustive_shapes:
         results["second_process"] = run_phase("second", {**env, "TRITON_CACHE_DIR": str(merged)}, log,
                                               min(120, left()), shapes=exhaustive_shapes, db=work / "exhaustive.db",
                                               **common)
+        winners = {s: results["tensortune"].get(s, {}).get("best") for s in exhaustive_shapes}
+        results["direct_first_launch"] = run_phase("direct", {**env, "TRITON_CACHE_DIR": str(merged)}, log,
+                                                   min(60, left()), shapes=exhaustive_shapes,
+                                                   picks=json.dumps(winners), **common)
     save()
     grid_best = {s: results["tensortune"].get(s, {}).get("best") or earlier.get(s) for s in shapes}
     results["grid_best_from"] = {s: "this run" if s in results["tensortune"] or opts.quiet_grid else opts.grid_best_from
@@ -599,6 +625,8 @@ def orchestrate(opts):
     if (work / "exhaustive.db").exists():  # every measurement, for replaying strategies offline (--replay)
         shutil.copy(work / "exhaustive.db", out / "exhaustive.db")
     shutil.rmtree(work, ignore_errors=True)
+    results["targets"] = targets(results)
+    save()
     print_table(results)
 
 
@@ -622,6 +650,35 @@ def machine(cpu):
     p = torch.cuda.get_device_properties(0)
     return (f"{p.name}, {p.multi_processor_count} SMs, torch {torch.__version__}, triton {triton.__version__}, "
             f"CUDA {torch.version.cuda}, {os.cpu_count()} CPU cores")
+
+
+def targets(r):
+    """The issue's targets (H100), as measured in this run: (value, target, met)."""
+    out = {}
+    ex = [v["seconds"] for v in r.get("tensortune", {}).values() if "seconds" in v]
+    if ex:
+        out["exhaustive_cold_seconds"] = (max(ex), 12.0, max(ex) <= 12.0)
+    b32 = [v["seconds"] for v in r.get("budget32", {}).values() if "seconds" in v]
+    if b32:
+        out["budget32_seconds"] = (max(b32), 5.0, max(b32) <= 5.0)
+    sp = r.get("second_process", {}).get("shapes", {})
+    if sp:
+        worst = max(v["first_launch_seconds"] for v in sp.values())
+        out["warm_start_first_launch_seconds"] = (worst, 0.5, worst <= 0.5)
+        direct = r.get("direct_first_launch", {}).get("shapes", {})
+        if direct:
+            own = max(sp[s]["first_launch_seconds"] - direct[s]["first_launch_seconds"] for s in sp if s in direct)
+            out["warm_start_over_a_direct_first_launch_seconds"] = (own, 0.5, own <= 0.5)
+    d = r.get("compare", {}).get("dispatch")
+    if d:
+        out["dispatch_overhead_us"] = (d["overhead_us"], 2.0, d["overhead_us"] <= 2.0)
+    ratios = []
+    for shape, c in r.get("compare", {}).items():
+        if isinstance(c, dict) and c.get("tensortune", {}).get("seconds") and c.get("budget32", {}).get("seconds"):
+            ratios.append(c["tensortune"]["seconds"] / c["budget32"]["seconds"])
+    if ratios:
+        out["budget32_over_grid_best_worst"] = (min(ratios), 1 / 1.02, min(ratios) >= 1 / 1.02)
+    return {k: {"value": round(v, 4), "target": round(t, 4), "met": m} for k, (v, t, m) in out.items()}
 
 
 def print_table(r):
@@ -651,6 +708,8 @@ def print_table(r):
         print(f"second process: {sp['measurements']} measurements; import+decorate "
               f"{sp['import_and_decorate_seconds']:.2f} s; first launches: {firsts}; "
               f"whole process {sp['process_seconds']:.1f} s")
+    for name, v in r.get("targets", {}).items():
+        print(f"target {name}: {v['value']} (target {v['target']}): {'met' if v['met'] else 'NOT met'}")
     d = cmp.get("dispatch")
     if d:
         print(f"dispatch ({d['shape']}): direct {d['direct_us']:.2f} us/launch, tuned {d['tuned_us']:.2f} us/launch, "
@@ -679,12 +738,18 @@ def main():
                    help="budget runs twice: every shape cold, then the shapes in order into one database")
     p.add_argument("--sequential", action="store_true",
                    help="budget runs tune the shapes one after another into one database (warm start)")
+    p.add_argument("--budget-cache", choices=("warm", "cold"), default="warm",
+                   help="budget runs start from the kernels compiled by the earlier runs (warm) or from none (cold)")
+    p.add_argument("--sources", help="also run benchmarks/triton_kernels.py on the kernel sources in this folder")
+    p.add_argument("--kernels-deadline", type=float, default=330.0, help="seconds for the kernels part")
     p.add_argument("--dispatch-stub", action="store_true",
                    help="measure the dispatch path alone, with a launcher that does nothing (any machine)")
     p.add_argument("--replay", help="score strategies on the measurements in this database (CPU)")
     p.add_argument("--count-rejections", action="store_true",
                    help="replay: a configuration the compiler rejects uses up a measurement")
     p.add_argument("--strategies", nargs="+", default=["auto", "random"])
+    p.add_argument("--batch", type=int, default=8, help="replay: candidates asked for at once")
+    p.add_argument("--modes", nargs="+", default=["cold", "transfer", "sequential"], help="replay: which modes")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--shape")
     p.add_argument("--db")
@@ -702,7 +767,16 @@ def main():
     if opts.phase:
         print(json.dumps(PHASES[opts.phase](opts), default=str))
         return
-    orchestrate(opts)
+    if opts.shapes != ["none"]:
+        orchestrate(opts)
+    if opts.sources:  # the tutorial and third-party kernels, side by side, in the same run
+        sys.path.insert(0, str(Path(__file__).parent))
+        import triton_kernels
+
+        kernel_opts = argparse.Namespace(sources=opts.sources, out=opts.out or os.environ.get("OUT"), cpu=opts.cpu,
+                                         cases=list(triton_kernels.CASES), deadline=opts.kernels_deadline,
+                                         timeout=150.0)
+        triton_kernels.print_table(triton_kernels.run_all(kernel_opts))
 
 
 if __name__ == "__main__":

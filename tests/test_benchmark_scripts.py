@@ -61,3 +61,52 @@ def test_gpu_attention_benchmark_runs_on_the_cpu(tmp_path):
         assert [k["pattern"] for k in row["unfused"]["kernels"]] == ["contraction", "rows", "contraction"]
         assert row["unfused"]["error"] < 1e-2 and row["tensortune_fused"]["us"] > 0
     assert "flash/fused" in done.stdout
+
+
+UPSTREAM_LIKE = '''
+import torch
+import triton
+import triton.language as tl
+from somepackage.utils import helper_we_do_not_need
+
+DEVICE = "cpu"
+print("module-level code the benchmark must not run")
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])
+@triton.jit
+def double_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def double(x):
+    double_kernel[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, x.numel())
+    return x
+
+
+a = double(torch.ones(4))  # an upstream file's own demo: not taken
+'''
+
+
+def test_the_kernel_benchmark_takes_the_named_definitions_and_swaps_only_the_decorator(tmp_path, monkeypatch):
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import triton_kernels
+    finally:
+        sys.path.pop(0)
+    text = triton_kernels.extract(UPSTREAM_LIKE, ["DEVICE", "double_kernel", "double"], tensortune=True)
+    assert "@tensortune.autotune(configs=" in text and "triton.autotune" not in text
+    assert "print(" not in text and "a = double" not in text and "except ImportError" in text
+    with pytest.raises(ValueError, match="lacks"):
+        triton_kernels.extract(UPSTREAM_LIKE, ["missing_kernel"], tensortune=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setitem(triton_kernels.SOURCES, "upstream_like.py", ("o/r", "c", "p.py", "MIT",
+                                                                   ["DEVICE", "double_kernel", "double"]))
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "upstream_like.py").write_text(UPSTREAM_LIKE)
+    pytest.importorskip("torch")
+    monkeypatch.setattr(sys, "path", list(sys.path))  # load() puts the work folder on it
+    module = triton_kernels.load(tmp_path / "src", tmp_path, "upstream_like.py", "tensortune")
+    assert type(module.double_kernel).__name__ == "AutotunedKernel"
+    sys.modules.pop(module.__name__, None)

@@ -58,7 +58,8 @@ def test_matmul_tunes_each_config_once_and_computes_the_product(tmp_path):
     args = matmul_args(20, 24, 40)
     k[matmul_grid(20, 24)](*args)
     torch.testing.assert_close(args[2], args[0] @ args[1], rtol=1e-4, atol=1e-4)
-    assert k.best_config == {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "num_warps": 4, "num_stages": 3}
+    assert k.decision.config == {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "num_warps": 4, "num_stages": 3}
+    assert k.best_config is k.configs[3]  # the listed triton.Config itself, as triton.autotune gives
     measured = {c.digest for c in timer.calls}
     assert len(measured) == 4
     (decision,) = k.decisions().values()
@@ -72,7 +73,7 @@ def test_matmul_tunes_each_config_once_and_computes_the_product(tmp_path):
     recs = [r for r in db.all_records()]
     assert {r.config.digest for r in recs if not r.extra.get("final")} == measured
     (final,) = [r for r in recs if r.extra.get("final")]
-    assert final.config == k.best_config and final.extra["trials"] == 4
+    assert final.config == k.decision.config and final.extra["trials"] == 4
 
 
 def test_softmax_space_form_with_reference_and_budget(tmp_path):
@@ -91,7 +92,7 @@ def test_softmax_space_form_with_reference_and_budget(tmp_path):
     bad = [r for r in tuning.result.history if not r.ok]
     assert bad and all(r.error is ErrorKind.WRONG_RESULT and r.config["BLOCK"] < 40 for r in bad)
     assert "'y_ptr'" in bad[0].message
-    assert k.best_config["BLOCK"] >= 64
+    assert k.best_config.kwargs["BLOCK"] >= 64
 
 
 def test_in_place_kernel_changes_the_callers_tensor_exactly_once(tmp_path):
@@ -118,7 +119,7 @@ def test_failing_and_wrong_configs_are_recorded_and_skipped(tmp_path):
     args = matmul_args(20, 24, 40)
     k[matmul_grid(20, 24)](*args)
     torch.testing.assert_close(args[2], args[0] @ args[1], rtol=1e-4, atol=1e-4)
-    assert k.best_config["BLOCK_M"] == 32 and k.best_config["BLOCK_N"] == 32
+    assert k.best_config.kwargs["BLOCK_M"] == 32 and k.best_config.kwargs["BLOCK_N"] == 32
     errors = {r.config.get("BLOCK_K"): r.error for r in Database(tmp_path / "t.db").all_records() if not r.ok}
     assert errors == {24: ErrorKind.RUNTIME_ERROR, 32: ErrorKind.WRONG_RESULT}
 
@@ -158,7 +159,7 @@ def test_new_key_answers_with_the_nearest_tuned_key_then_tunes_later(tmp_path):
     k = make(scale_inplace_kernel)
     grid = lambda m: (triton.cdiv(500, m["BLOCK"]),)  # noqa: E731
     k[grid](torch.randn(100), 100, 2.0)  # nothing near yet: tuned now
-    assert k.best_config["BLOCK"] == 32
+    assert k.best_config.kwargs["BLOCK"] == 32
     calls = len(timer.calls)
     x = torch.randn(500)
     want = x * 2
@@ -180,10 +181,10 @@ def test_never_tune_uses_records_nearest_or_the_first_config(tmp_path):
     want = x * 2
     k[grid](x, 100, 2.0)
     torch.testing.assert_close(x, want)
-    assert not timer.calls and k.best_config["BLOCK"] == 16  # nothing recorded: the first config
+    assert not timer.calls and k.best_config.kwargs["BLOCK"] == 16  # nothing recorded: the first config
     tuner = tt.autotune(configs=configs, key=["n"], timer=timer, settings=settings(tmp_path))(scale_inplace_kernel)
     tuner[grid](torch.randn(100), 100, 2.0)
-    assert tuner.best_config["BLOCK"] == 64
+    assert tuner.best_config.kwargs["BLOCK"] == 64
     calls = len(timer.calls)
     k2 = prod(scale_inplace_kernel)
     k2[grid](torch.randn(100), 100, 2.0)
@@ -284,7 +285,7 @@ def test_isolated_worker_measures_candidates_and_records_failures(tmp_path):
     assert by_block_k[(24, 0)].error is ErrorKind.RUNTIME_ERROR
     assert by_block_k[(16, 1)].error is ErrorKind.WRONG_RESULT
     assert by_block_k[(16, 0)].ok and by_block_k[(16, 0)].extra["device"] == "cpu"  # measured in the worker
-    assert k.best_config["BUG"] is None  # a name only some configurations set is None in the others
+    assert k.decision.config["BUG"] is None  # a name only some configurations set is None in the others
 
 
 def test_a_budgeted_search_starts_from_the_nearest_tuned_keys_best(tmp_path):
@@ -293,7 +294,7 @@ def test_a_budgeted_search_starts_from_the_nearest_tuned_keys_best(tmp_path):
     make = tt.autotune(configs=configs, key=["n"], timer=timer, settings=settings(tmp_path))
     k = make(scale_inplace_kernel)
     k.tune(torch.randn(100), 100, 2.0, grid=(8,))  # the whole list
-    assert k.best_config["BLOCK"] == 64 and k.best_config["num_warps"] == 1
+    assert k.best_config.kwargs["BLOCK"] == 64 and k.best_config.num_warps == 1
     timer.calls.clear()
     k2 = tt.autotune(configs=configs, key=["n"], timer=timer, budget=3, strategy="random",
                      settings=settings(tmp_path))(scale_inplace_kernel)
@@ -315,19 +316,20 @@ def test_contenders_include_candidates_whose_fastest_run_is_near_the_best():
     assert [r.config["B"] for r in got] == [2, 1] and got[0].time == 0.98
 
 
-def test_keys_tuned_inside_keep_workers_share_one_isolated_worker(tmp_path):
+def test_keys_tuned_one_after_another_share_the_warm_isolated_worker(tmp_path):
+    from tensortune.frontends.triton import workers
     from tensortune.measure.cuda_timer import CudaTimer
 
     timer = CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
     k = tt.autotune(configs=matmul_configs(((16, 16), (32, 32))), key=["M"], isolate=True,
                     reference=matmul_reference, timer=timer, settings=settings(tmp_path))(matmul_kernel)
     runners = []
-    with k.keep_workers():
-        for M in (20, 40):
-            args = matmul_args(M, 24, 40)
-            k.tune(*args, grid=matmul_grid(M, 24))
-            runners.append(k._kept["runner"].inner)
-    assert runners[0] is runners[1] and runners[0].restarts == 0 and k._kept is None
+    for M in (20, 40):
+        args = matmul_args(M, 24, 40)
+        k.tune(*args, grid=matmul_grid(M, 24))
+        with workers.lease() as shared:
+            runners.append(shared["runner"].inner)
+    assert runners[0] is runners[1] and runners[0].restarts == 0  # one worker, started once
     for M in (20, 40):  # both keys were tuned (and checked) in the one worker
         args = matmul_args(M, 24, 40)
         k[matmul_grid(M, 24)](*args)

@@ -81,6 +81,71 @@ def sum_atomic_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.atomic_add(out_ptr, tl.reduce(tl.load(x_ptr + offs, mask=offs < n, other=0.0), 0, _add))
 
 
+@triton.jit
+def causal_scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, BUG: tl.constexpr = 0):
+    """y[i, j] = 2 x[i, j] for j <= i of an n x n matrix. Tiles above the diagonal are skipped;
+    tiles across it write 0 above it: which elements are written depends on BLOCK, by design."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    if pid_n <= pid_m:
+        offs_m = pid_m * BLOCK + tl.arange(0, BLOCK)
+        offs_n = pid_n * BLOCK + tl.arange(0, BLOCK)
+        inside = (offs_m[:, None] < n) & (offs_n[None, :] < n)
+        x = tl.load(x_ptr + offs_m[:, None] * n + offs_n[None, :], mask=inside, other=0.0)
+        y = tl.where(offs_n[None, :] <= offs_m[:, None], x * 2, 0.0)
+        if BUG:
+            y = y * 1.5
+        tl.store(y_ptr + offs_m[:, None] * n + offs_n[None, :], y, mask=inside)
+
+
+@triton.jit
+def chunked_causal_kernel(x_ptr, y_ptr, n, BM: tl.constexpr, BN: tl.constexpr, BUG: tl.constexpr = 0):
+    """y = 2 x on the tiles not wholly above the diagonal, as mamba's chunked causal matmul
+    skips them: which elements above the diagonal are written depends on the tile shape."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    if pid_n * BN < (pid_m + 1) * BM:
+        offs_m = pid_m * BM + tl.arange(0, BM)
+        offs_n = pid_n * BN + tl.arange(0, BN)
+        inside = (offs_m[:, None] < n) & (offs_n[None, :] < n)
+        y = tl.load(x_ptr + offs_m[:, None] * n + offs_n[None, :], mask=inside, other=0.0) * 2
+        if BUG:
+            y = y + 1
+        tl.store(y_ptr + offs_m[:, None] * n + offs_n[None, :], y, mask=inside)
+
+
+@triton.jit
+def desc_scale_kernel(x_desc, y_desc, factor, BLOCK_M: tl.constexpr, WIDTH: tl.constexpr):
+    """y = factor * x through tensor descriptors whose block shape [BLOCK_M, WIDTH] a
+    configuration's pre_hook sets (as Triton's tutorials do)."""
+    row = tl.program_id(0) * BLOCK_M
+    y_desc.store([row, 0], x_desc.load([row, 0]) * factor)
+
+
+def set_block_shape(nargs):
+    """A triton.Config pre_hook: the descriptors' block shape follows the configuration."""
+    nargs["x_desc"].block_shape = [nargs["BLOCK_M"], nargs["WIDTH"]]
+    nargs["y_desc"].block_shape = [nargs["BLOCK_M"], nargs["WIDTH"]]
+
+
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def scale_heuristic_kernel(x_ptr, n, factor, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    """scale_inplace_kernel with a meta-parameter its @triton.heuristics computes at each launch."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs) * factor)
+    else:
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * factor, mask=offs < n)
+
+
+@triton.jit
+def widen_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    """y = 2 x, reading x as whatever it was reinterpreted as (e.g. float8 bits in uint8)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n).to(tl.float32) * 2, mask=offs < n)
+
+
 
 
 @pytest.fixture(autouse=True)

@@ -73,7 +73,7 @@ def test_a_second_process_measures_nothing_and_never_tune_reads_the_environment(
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["calls"] == 0 and got["ok"] == [True, True]
     assert got["sources"] == [[20, "recorded"], [40, "nearest"]]
-    assert got["best"]["20"] == k.best_config.as_dict() == got["best"]["40"]
+    assert got["best"]["20"] == k.decision.config.as_dict() == got["best"]["40"]
 
 
 def test_importing_tensortune_does_not_import_triton():

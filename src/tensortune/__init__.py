@@ -23,7 +23,7 @@ _LAZY = {
     "ErrorKind": "tensortune.measure", "MeasureResult": "tensortune.measure", "Timer": "tensortune.measure",
     "create_strategy": "tensortune.search", "tune": "tensortune.frontends.callable",
     "Settings": "tensortune.settings",
-    "autotune": "tensortune.frontends.triton",
+    "autotune": "tensortune.frontends.triton", "Autotuner": "tensortune.frontends.triton",
     "compile": "tensortune.graph", "CompiledModel": "tensortune.graph", "CompileOptions": "tensortune.graph",
 }
 

@@ -133,8 +133,6 @@ class Plan:
         """The graph's outputs; `record` collects every value; `override` feeds given
         values (in torch form) to the steps instead of computed ones; `around(k)` is a
         context manager each step k runs in (for timing)."""
-        import torch
-
         graph = self.graph
         vals: dict[int, Any] = graph.bind(args)
         for n in graph:

@@ -91,6 +91,8 @@ class ParallelCompiler:
     `startup_timeout`, so imports do not count against the compile timeout. With
     `stream=True`, `build` returns an iterator of results in the order they finish, so a
     runner that accepts iterables (GpuRunner) measures early results while the rest compile.
+    `skip(config)`, when set, is asked just before a configuration is compiled: a reason
+    returned rejects it uncompiled (out of resources); `on_result(result)` hears every result.
     """
 
     def __init__(self, compile_fn: Callable[[Config], Any], *, jobs: int | None = None,
@@ -107,6 +109,8 @@ class ParallelCompiler:
         self.warm = warm
         self.startup_timeout = startup_timeout
         self.stream = stream
+        self.skip: Callable[[Config], str | None] | None = None
+        self.on_result: Callable[[BuildResult], None] | None = None
         self._workers: list[tuple[IsolatedWorker, list[bool]]] = []
 
     def build(self, configs: Sequence[Config]) -> Any:
@@ -142,13 +146,17 @@ class ParallelCompiler:
     def _serve(self, slot: tuple[IsolatedWorker, list[bool]], todo: queue.Queue, out: queue.Queue) -> None:
         worker, warmed = slot
         while (config := todo.get()) is not None:
+            why = self.skip(config) if self.skip is not None else None
+            if why:
+                self._put(out, BuildResult(config, None, ErrorKind.OUT_OF_RESOURCES, why, 0.0))
+                continue
             try:
                 if not warmed[0] and self.warm is not None:
                     worker.call(self.warm, timeout=self.startup_timeout)
                 warmed[0] = True
             except CandidateError as exc:
                 warmed[0] = False
-                out.put(BuildResult(config, None, exc.kind, f"compile process failed to start: {exc}"))
+                self._put(out, BuildResult(config, None, exc.kind, f"compile process failed to start: {exc}"))
                 continue
             limit = self.timeout.current()
             start = time.perf_counter()
@@ -161,11 +169,16 @@ class ParallelCompiler:
                 message = str(exc)
                 if exc.kind is ErrorKind.TIMEOUT:
                     message = f"compile did not finish within {limit:.1f} s (adaptive timeout); process killed"
-                out.put(BuildResult(config, None, exc.kind, message[:4000], seconds))
+                self._put(out, BuildResult(config, None, exc.kind, message[:4000], seconds))
                 continue
             seconds = time.perf_counter() - start
             self.timeout.observe(seconds)
-            out.put(BuildResult(config, artifact, None, "", seconds))
+            self._put(out, BuildResult(config, artifact, None, "", seconds))
+
+    def _put(self, out: queue.Queue, result: BuildResult) -> None:
+        if self.on_result is not None:
+            self.on_result(result)
+        out.put(result)
 
     @property
     def restarts(self) -> int:
@@ -199,19 +212,34 @@ def kernel_reference(kernel: Any) -> str:
     return f"{module}:{qualname}"
 
 
-def _jit_function(ref: str) -> Any:
-    from triton.runtime.jit import JITFunction
+AUTOTUNERS = ("AutotunedKernel", "Autotuner")  # tensortune's and Triton's autotuners
 
-    obj = resolve(ref)
-    while not isinstance(obj, JITFunction) and hasattr(obj, "fn"):
-        obj = obj.fn
-    if not isinstance(obj, JITFunction):
-        raise TypeError(f"{ref} is not a @triton.jit function (got {type(obj).__name__})")
+
+def launchable(obj: Any, ref: str = "") -> Any:
+    """What an autotuner launches: the object under any autotuners (a `@triton.heuristics`
+    wrapper, which computes its meta-parameters at each launch, or the `@triton.jit` function)."""
+    seen = 0
+    while any(b.__name__ in AUTOTUNERS for b in type(obj).__mro__):
+        obj = getattr(obj, "fn", None)
+        seen += 1
+        if obj is None or seen > 16:
+            break
+    if not callable(getattr(obj, "warmup", None)) or not callable(getattr(obj, "run", None)):
+        raise TypeError(f"{ref or obj!r} is not a @triton.jit function (got {type(obj).__name__})")
     return obj
 
 
+def _jit_function(ref: str) -> Any:
+    return launchable(resolve(ref), ref)
+
+
 class _CompileOnlyDriver:
-    """Stands in for the GPU driver so a process without a GPU can compile for `target`."""
+    """Stands in for the GPU driver so a process without a GPU can compile for `target`.
+
+    What compiling needs it answers itself (the target, device 0, stream 0); anything else a
+    kernel's module asks when it is imported (Triton's tutorials ask the active driver for
+    its torch device) goes to the machine's real driver, where there is one.
+    """
 
     def __init__(self, target: Any) -> None:
         self.target = target
@@ -229,12 +257,21 @@ class _CompileOnlyDriver:
         return self.target
 
     def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"the compile-only driver cannot {name}: this process compiles, never launches")
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            from triton.runtime import driver
+
+            real = driver.default
+        except Exception as exc:  # noqa: BLE001 - no GPU here: nothing to ask
+            raise AttributeError(f"the compile-only driver cannot {name} and this process sees no GPU driver "
+                                 f"to ask ({exc})") from None
+        return getattr(real, name)
 
 
 def warm_triton(target: tuple[str, int, int] | None) -> str:
-    """Import Triton (and torch) in a compile process and install the driver for `target`."""
-    import torch  # noqa: F401 - dtypes for warmup arguments
+    """Import Triton in a compile process (not torch: arguments stand in for tensors) and
+    install the driver for `target`."""
     import triton  # noqa: F401
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
@@ -242,15 +279,142 @@ def warm_triton(target: tuple[str, int, int] | None) -> str:
     if target is not None and not worker_state().get("compile_only_driver"):
         driver.set_active(_CompileOnlyDriver(GPUTarget(*target)))
         worker_state()["compile_only_driver"] = True
+    _stop_early_when_shared_memory_is_short()
     return str(os.getpid())
+
+
+_SHARED_LIMIT: list[int | None] = [None]  # this compile's limit (compile processes compile one at a time)
+
+
+def _stop_early_when_shared_memory_is_short() -> None:
+    """In a compile process: a kernel needing more shared memory than the device has is
+    rejected as soon as that is known (after the LLVM IR stage), before the assembler runs.
+    The stages themselves are unchanged, so a compile that passes lands in Triton's cache
+    under the key a launch looks up."""
+    state = worker_state()
+    if state.get("shared_memory_check"):
+        return
+    state["shared_memory_check"] = True
+    try:
+        from triton.backends.nvidia.compiler import CUDABackend
+    except ImportError:  # no CUDA backend: nothing to check early
+        return
+    original = CUDABackend.add_stages
+
+    def add_stages(self: Any, stages: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        original(self, stages, *args, **kwargs)
+        llir = stages.get("llir")
+        if llir is None:
+            return
+
+        def checked(src: Any, metadata: dict[str, Any]) -> Any:
+            out = llir(src, metadata)
+            limit, shared = _SHARED_LIMIT[0], metadata.get("shared")
+            if limit is not None and shared is not None and int(shared) > limit:
+                raise CandidateError(ErrorKind.OUT_OF_RESOURCES,
+                                     f"needs {shared} bytes of shared memory; the device allows {limit}")
+            return out
+
+        stages["llir"] = checked
+
+    CUDABackend.add_stages = add_stages
+
+
+class _Dtype:
+    """A torch dtype's stand-in in a compile process (Triton reads its text and size)."""
+
+    def __init__(self, name: str) -> None:
+        from .gpu.args import _ITEMSIZE
+
+        self.name = name
+        self.itemsize = _ITEMSIZE.get(name, 1)
+        self.is_floating_point = name.startswith(("float", "bfloat"))
+
+    def __str__(self) -> str:
+        return f"torch.{self.name}"
+
+    __repr__ = __str__
+
+
+class _Tensor:
+    """A tensor's stand-in for compiling: a dtype and an aligned address, no data."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = _Dtype(dtype)
+        self.shape = (1,)
+        self.data = None
+        self.device = "cpu"
+
+    @staticmethod
+    def data_ptr() -> int:
+        return 0
+
+    def stride(self, *args: Any) -> Any:
+        return 1 if args else (1,)
+
+
+@dataclass(frozen=True)
+class DescriptorArg:
+    """A `TensorDescriptor` argument for compiling only: its base's dtype and its other fields
+    (shape, strides, block_shape, padding, ...) as sorted (name, value) pairs."""
+
+    dtype: str
+    fields: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class ReinterpretedArg:
+    """A `triton.reinterpret` tensor for compiling only: the base's torch dtype and the
+    Triton dtype it is read as (e.g. "fp8e4nv")."""
+
+    dtype: str
+    as_dtype: str
 
 
 def _warmup_arg(arg: Any) -> Any:
     if isinstance(arg, TensorArg):
-        import torch
+        return _Tensor(arg.dtype)
+    if isinstance(arg, DescriptorArg):
+        from triton.tools.tensor_descriptor import TensorDescriptor
 
-        return getattr(torch, arg.dtype)
+        return TensorDescriptor(_Tensor(arg.dtype), **{k: list(v) if isinstance(v, tuple) else v
+                                                       for k, v in arg.fields})
+    if isinstance(arg, ReinterpretedArg):
+        import triton
+        import triton.language as tl
+
+        return triton.reinterpret(_Tensor(arg.dtype), tl.dtype(arg.as_dtype))
     return arg
+
+
+def _warmup_arg_torch(arg: Any) -> Any:
+    """The same arguments made with torch (dtypes, small tensors as bases)."""
+    import torch
+
+    if isinstance(arg, TensorArg):
+        return getattr(torch, arg.dtype)
+    if isinstance(arg, DescriptorArg):
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        return TensorDescriptor(torch.empty(16, dtype=getattr(torch, arg.dtype)),
+                                **{k: list(v) if isinstance(v, tuple) else v for k, v in arg.fields})
+    if isinstance(arg, ReinterpretedArg):
+        import triton
+        import triton.language as tl
+
+        return triton.reinterpret(torch.empty(16, dtype=getattr(torch, arg.dtype)), tl.dtype(arg.as_dtype))
+    return arg
+
+
+def compile_for_launch(kernel_ref: str, args: Sequence[Any], by_config: Mapping[str, Sequence[Any]],
+                       extra: Mapping[str, Any], target: tuple[str, int, int] | None, max_shared: int | None,
+                       config: Config) -> TritonBinary:
+    """Compile one configuration of a launch: its own arguments if `by_config` has them (a
+    configuration's pre_hook changed a descriptor), with the launch's keyword arguments
+    `extra`; names set to None (not given by this configuration) are left out, as at launch."""
+    chosen = by_config.get(config.to_json(), args) if by_config else args
+    meta = {k: v for k, v in {**config, **extra}.items() if v is not None}
+    return compile_triton(kernel_ref, chosen, target, max_shared, Config(meta))
 
 
 def compile_triton(kernel_ref: str, args: Sequence[Any], target: tuple[str, int, int] | None,
@@ -258,8 +422,12 @@ def compile_triton(kernel_ref: str, args: Sequence[Any], target: tuple[str, int,
     """Compile one configuration through the kernel's warmup path (runs in a compile process)."""
     warm_triton(target)
     kernel = _jit_function(kernel_ref)
+    _SHARED_LIMIT[0] = max_shared
     try:
-        compiled = kernel.warmup(*[_warmup_arg(a) for a in args], grid=(1,), **dict(config))
+        try:
+            compiled = kernel.warmup(*[_warmup_arg(a) for a in args], grid=(1,), **dict(config))
+        except (TypeError, AttributeError, KeyError):  # a Triton the stand-ins do not suit: torch's own
+            compiled = kernel.warmup(*[_warmup_arg_torch(a) for a in args], grid=(1,), **dict(config))
     except CandidateError:
         raise
     except Exception as exc:  # noqa: BLE001 - the configuration's failure

@@ -81,17 +81,13 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
       candidates ahead of time (default: one per core); `builder`: your own
       `tensortune.measure.Builder` instead.
     """
-    if warmup is not None or rep is not None or use_cuda_graph:
-        if do_bench is not None or timer is not None:
-            raise ValueError("warmup/rep/use_cuda_graph cannot be combined with do_bench= or timer=")
-        do_bench = _legacy_do_bench(warmup, rep, use_cuda_graph)
-    options = AutotuneOptions.make(
-        configs, key, space=space, budget=budget, records=records, reset_to_zero=reset_to_zero,
-        restore_value=restore_value, prune_configs_by=prune_configs_by, pre_hook=pre_hook, post_hook=post_hook,
-        do_bench=do_bench, strategy=strategy, reference=reference, bucket=bucket, on_new_key=on_new_key,
-        timer=timer, db=db, settings=settings, tolerance=tolerance, check_inputs=check_inputs,
-        distributed=distributed, seed=seed, name=name, progress=progress, builder=builder, isolate=isolate,
-        compile_jobs=compile_jobs, warm_start=warm_start)
+    options = _options(configs, key, prune_configs_by, reset_to_zero, restore_value, pre_hook, post_hook, warmup,
+                       rep, use_cuda_graph, do_bench, dict(
+                           space=space, budget=budget, records=records, strategy=strategy, reference=reference,
+                           bucket=bucket, on_new_key=on_new_key, timer=timer, db=db, settings=settings,
+                           tolerance=tolerance, check_inputs=check_inputs, distributed=distributed, seed=seed,
+                           name=name, progress=progress, builder=builder, isolate=isolate,
+                           compile_jobs=compile_jobs, warm_start=warm_start))
 
     def decorator(fn: Any) -> AutotunedKernel:
         if not callable(getattr(fn, "run", None)):
@@ -99,6 +95,44 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
         return AutotunedKernel(fn, options)
 
     return decorator
+
+
+class Autotuner(AutotunedKernel):
+    """`triton.runtime.Autotuner`'s constructor, for code that builds an autotuner directly
+    (or subclasses it): the same positional and keyword arguments, tensortune underneath.
+
+    Example:
+        >>> import triton, triton.language as tl
+        >>> @triton.jit
+        ... def k(x_ptr, n, BLOCK: tl.constexpr):
+        ...     pass
+        >>> Autotuner(k, k.arg_names, [triton.Config({"BLOCK": 64})], ["n"], None, None).keys
+        ['n']
+    """
+
+    def __init__(self, fn: Any, arg_names: Sequence[str], configs: Sequence[Any] | None, key: Sequence[str],
+                 reset_to_zero: Sequence[str] | None, restore_value: Sequence[str] | None,
+                 pre_hook: Callable[..., Any] | None = None, post_hook: Callable[..., Any] | None = None,
+                 prune_configs_by: Mapping[str, Any] | None = None, warmup: float | None = None,
+                 rep: float | None = None, use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None,
+                 cache_results: bool = False, **tensortune_options: Any) -> None:
+        options = _options(configs or None, key, prune_configs_by, reset_to_zero, restore_value, pre_hook,
+                           post_hook, warmup, rep, use_cuda_graph, do_bench, tensortune_options)
+        super().__init__(fn, options, arg_names=arg_names)
+
+
+def _options(configs: Any, key: Sequence[str], prune_configs_by: Any, reset_to_zero: Any, restore_value: Any,
+             pre_hook: Any, post_hook: Any, warmup: Any, rep: Any, use_cuda_graph: bool, do_bench: Any,
+             rest: dict[str, Any]) -> AutotuneOptions:
+    if warmup is not None or rep is not None or use_cuda_graph:
+        if do_bench is not None or rest.get("timer") is not None:
+            raise ValueError("warmup/rep/use_cuda_graph cannot be combined with do_bench= or timer=")
+        do_bench = _legacy_do_bench(warmup, rep, use_cuda_graph)
+    budget, records = rest.pop("budget", None), rest.pop("records", None)
+    return AutotuneOptions.make(configs, key, space=rest.pop("space", None), budget=budget, records=records,
+                                reset_to_zero=reset_to_zero, restore_value=restore_value,
+                                prune_configs_by=prune_configs_by, pre_hook=pre_hook, post_hook=post_hook,
+                                do_bench=do_bench, **rest)
 
 
 def _legacy_do_bench(warmup: float | None, rep: float | None, use_cuda_graph: bool) -> Callable[..., Any]:
@@ -111,5 +145,5 @@ def _legacy_do_bench(warmup: float | None, rep: float | None, use_cuda_graph: bo
         fn, warmup=warmup if warmup is not None else 25, rep=rep if rep is not None else 100, quantiles=quantiles)
 
 
-__all__ = ["POLICIES", "AutotuneOptions", "AutotunedKernel", "Decision", "DoBenchTimer", "TuningFailed",
+__all__ = ["POLICIES", "AutotuneOptions", "AutotunedKernel", "Autotuner", "Decision", "DoBenchTimer", "TuningFailed",
            "TuningKey", "autotune", "pow2", "round_up"]

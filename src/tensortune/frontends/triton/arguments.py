@@ -1,10 +1,13 @@
-"""Private copies of a launch's arguments for tuning, and the correctness check.
+"""Private copies of a launch's arguments for tuning.
 
-Tuning never touches the caller's tensors: candidates run on copies. Floating-point
-tensors are refilled with fresh random values (seeded, the same for every candidate),
-so a check never passes on zeros; integer and boolean tensors keep their values (they
-are often indices). Before each check the copies are restored from the pristine set,
-so kernels that write in place are checked from the same starting state each time.
+Tuning never touches the caller's tensors: candidates run on copies. Every argument type
+a Triton kernel takes is copied as what it is: a torch tensor, a tensor reinterpreted with
+`triton.reinterpret` (a wrapper over a tensor), a `TensorDescriptor` (a dataclass over a
+tensor; its copy points at the copied tensor), scalars, `None` and constexpr values (kept).
+Floating-point tensors are refilled with fresh random values (seeded, the same for every
+candidate), so a check never passes on zeros; integer and boolean tensors keep their values
+(they are often indices); `reset_to_zero` arguments start at zero, as Triton's hook makes
+them. The same tensor passed twice (or under a descriptor and directly) stays one tensor.
 
 Example:
     >>> import torch
@@ -16,11 +19,10 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from ...measure import WrongResult
 
 # relative tolerance, as a fraction of the largest expected magnitude, by dtype name
 TOLERANCES: dict[str, float] = {
@@ -30,7 +32,38 @@ TOLERANCES: dict[str, float] = {
 
 
 def is_tensor(x: Any) -> bool:
-    return hasattr(x, "data_ptr") and hasattr(x, "clone") and hasattr(x, "dtype")
+    """A torch tensor (not a wrapper or descriptor around one)."""
+    return hasattr(x, "data_ptr") and hasattr(x, "detach") and hasattr(x, "dtype")
+
+
+def is_wrapper(x: Any) -> bool:
+    """A tensor reinterpreted as another dtype (`triton.reinterpret`)."""
+    return type(x).__name__ == "TensorWrapper" and is_tensor(getattr(x, "base", None))
+
+
+def is_descriptor(x: Any) -> bool:
+    """A tensor descriptor (`triton.tools.tensor_descriptor.TensorDescriptor` and the like)."""
+    return dataclasses.is_dataclass(x) and not isinstance(x, type) and is_tensor(getattr(x, "base", None))
+
+
+def underlying(x: Any) -> Any | None:
+    """The torch tensor an argument reads and writes, or None for a non-tensor argument."""
+    if is_tensor(x):
+        return x
+    if is_wrapper(x) or is_descriptor(x):
+        return x.base
+    return None
+
+
+def rebuilt(x: Any, tensor: Any) -> Any:
+    """`x` over `tensor` instead of its own (a copy of a wrapper or descriptor)."""
+    if is_tensor(x):
+        return tensor
+    if is_wrapper(x):
+        return type(x)(tensor, x.dtype)
+    if is_descriptor(x):
+        return dataclasses.replace(x, base=tensor)
+    return x
 
 
 def _dtype_name(t: Any) -> str:
@@ -45,66 +78,71 @@ class ArgSet:
     kwargs: dict[str, Any]
 
     @staticmethod
-    def fresh(args: Sequence[Any], kwargs: Mapping[str, Any], seed: int = 0,
-              random: bool = True) -> "ArgSet":
-        """Copies of the arguments; float tensors get random normal values if `random`."""
+    def fresh(args: Sequence[Any], kwargs: Mapping[str, Any], seed: int = 0, random: bool = True,
+              names: Sequence[str] = (), zero: Collection[str] = ()) -> "ArgSet":
+        """Copies of the arguments; float tensors get random normal values if `random`,
+        the arguments named in `zero` (by `names`, the kernel's argument names) zeros."""
         import torch
 
-        gen_by_device: dict[Any, Any] = {}
-        made: dict[int, Any] = {}  # the same tensor passed twice stays one tensor
+        generators: dict[Any, Any] = {}
+        zeroed = {id(underlying(v)) for n, v in (*zip(names, args), *kwargs.items())
+                  if n in zero and underlying(v) is not None}
 
-        def copy(x: Any) -> Any:
-            if not is_tensor(x):
-                return x
-            if id(x) in made:
-                return made[id(x)]
-            out = x.detach().clone()
-            if random and out.is_floating_point() and out.numel():
-                gen = gen_by_device.get(out.device)
+        def fill(out: Any, original: Any) -> None:
+            if id(original) in zeroed:
+                out.zero_()
+            elif random and out.is_floating_point() and out.numel():
+                gen = generators.get(out.device)
                 if gen is None:
-                    gen = torch.Generator(device=out.device).manual_seed(seed)
-                    gen_by_device[out.device] = gen
-                values = torch.randn(out.shape, generator=gen, device=out.device, dtype=torch.float32)
-                out.copy_(values.to(out.dtype))
-            made[id(x)] = out
-            return out
+                    gen = generators[out.device] = torch.Generator(device=out.device).manual_seed(seed)
+                out.copy_(torch.randn(out.shape, generator=gen, device=out.device, dtype=torch.float32).to(out.dtype))
 
-        return ArgSet(tuple(copy(a) for a in args), {k: copy(v) for k, v in kwargs.items()})
+        return _copied(args, kwargs, fill)
 
     def clone(self) -> "ArgSet":
-        made: dict[int, Any] = {}
+        return _copied(self.args, self.kwargs, None)
 
-        def copy(x: Any) -> Any:
-            if not is_tensor(x):
-                return x
-            if id(x) not in made:
-                made[id(x)] = x.detach().clone()
-            return made[id(x)]
+    def leaves(self, names: Sequence[str]) -> list[tuple[str, Any]]:
+        """(name, tensor) for every distinct tensor the arguments hold (a descriptor's or a
+        wrapper's under the argument's name); positional ones named by `names`."""
+        out: list[tuple[str, Any]] = []
+        seen: set[int] = set()
+        for name, value in self.items(names):
+            t = underlying(value)
+            if t is not None and id(t) not in seen:
+                seen.add(id(t))
+                out.append((name, t))
+        return out
 
-        return ArgSet(tuple(copy(a) for a in self.args), {k: copy(v) for k, v in self.kwargs.items()})
-
-    def tensors(self, names: Sequence[str]) -> Iterator[tuple[str, Any]]:
-        """(name, tensor) for every tensor argument; positional ones named by `names`."""
+    def items(self, names: Sequence[str]) -> Iterator[tuple[str, Any]]:
         for i, a in enumerate(self.args):
-            if is_tensor(a):
-                yield (names[i] if i < len(names) else f"arg{i}"), a
-        for k, v in self.kwargs.items():
-            if is_tensor(v):
-                yield k, v
+            yield (names[i] if i < len(names) else f"arg{i}"), a
+        yield from self.kwargs.items()
 
-    def restore_from(self, other: "ArgSet") -> None:
+    def restore_from(self, other: "ArgSet", names: Sequence[str] = ()) -> None:
         """Copy every tensor's values from `other` (a set of the same shapes)."""
-        done: set[int] = set()
-        for mine, theirs in zip(self._all(), other._all()):
-            if is_tensor(mine) and id(mine) not in done:
-                mine.copy_(theirs)
-                done.add(id(mine))
+        for (_, mine), (_, theirs) in zip(self.leaves(names), other.leaves(names)):
+            mine.copy_(theirs)
 
     def named(self, names: Sequence[str]) -> dict[str, Any]:
         return {**dict(zip(names, self.args)), **self.kwargs}
 
-    def _all(self) -> list[Any]:
-        return [*self.args, *(self.kwargs[k] for k in sorted(self.kwargs))]
+
+def _copied(args: Sequence[Any], kwargs: Mapping[str, Any], fill: Callable[[Any, Any], None] | None) -> ArgSet:
+    made: dict[int, Any] = {}  # the same tensor passed twice stays one tensor
+
+    def copy(x: Any) -> Any:
+        t = underlying(x)
+        if t is None:
+            return x
+        if id(t) not in made:
+            out = t.detach().clone()
+            if fill is not None:
+                fill(out, t)
+            made[id(t)] = out
+        return rebuilt(x, made[id(t)])
+
+    return ArgSet(tuple(copy(a) for a in args), {k: copy(v) for k, v in kwargs.items()})
 
 
 def tolerance_for(tensor: Any, override: "float | Mapping[str, float] | None" = None) -> float:
@@ -115,37 +153,3 @@ def tolerance_for(tensor: Any, override: "float | Mapping[str, float] | None" = 
     elif override is not None:
         return float(override)
     return TOLERANCES.get(name, 0.0)
-
-
-def compare(name: str, actual: Any, expected: Any,
-            tolerance: "float | Mapping[str, float] | None" = None) -> None:
-    """Raise WrongResult (naming the argument) unless `actual` matches `expected`.
-
-    Floats match within `tolerance` times the largest expected magnitude (at least 1);
-    NaN must be where the expected has NaN; integers and booleans match exactly.
-    """
-    import torch
-
-    if tuple(actual.shape) != tuple(expected.shape):
-        raise WrongResult(f"argument {name!r}: shape {tuple(actual.shape)} != expected {tuple(expected.shape)}")
-    if not expected.is_floating_point():
-        if not torch.equal(actual, expected.to(actual.dtype)):
-            wrong = int((actual != expected.to(actual.dtype)).sum())
-            raise WrongResult(f"argument {name!r}: {wrong} of {actual.numel()} values differ")
-        return
-    tol = tolerance_for(expected, tolerance)
-    a = actual.detach().to(torch.float64 if expected.dtype == torch.float64 else torch.float32)
-    e = expected.detach().to(a.dtype)
-    if a.numel() == 0:
-        return
-    finite = torch.isfinite(e)
-    if not bool(torch.equal(torch.isnan(a), torch.isnan(e))) or not bool(
-            torch.equal(a[~finite & ~torch.isnan(e)], e[~finite & ~torch.isnan(e)])):
-        raise WrongResult(f"argument {name!r}: NaN or infinity where the reference has none (or the reverse)")
-    if not bool(torch.isfinite(a[finite]).all()):
-        raise WrongResult(f"argument {name!r}: NaN or infinity where the reference is finite")
-    scale = float(e[finite].abs().max()) if bool(finite.any()) else 0.0
-    err = float((a[finite] - e[finite]).abs().max()) if bool(finite.any()) else 0.0
-    if err > tol * max(scale, 1.0):
-        raise WrongResult(f"argument {name!r}: max abs error {err:.3g} exceeds {tol:g} x "
-                          f"max(|expected| = {scale:.3g}, 1)")

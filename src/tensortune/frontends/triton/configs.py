@@ -23,7 +23,7 @@ from typing import Any
 from ...space import Config, Coupled, Ordinal, Space
 from ...space.params import Categorical, Param
 
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override")
 PRODUCT_LIMIT = 100_000  # a sparse list over a larger product becomes one coupled parameter
 
 
@@ -36,6 +36,8 @@ def config_of_triton(tc: Any) -> Config:
         values["num_ctas"] = tc.num_ctas
     if getattr(tc, "maxnreg", None) is not None:
         values["maxnreg"] = tc.maxnreg
+    if getattr(tc, "ir_override", None) is not None:
+        values["ir_override"] = tc.ir_override
     return Config(values)
 
 

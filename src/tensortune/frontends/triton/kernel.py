@@ -23,7 +23,7 @@ import contextlib
 import math
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,13 +32,14 @@ from triton.runtime.jit import KernelInterface
 from ...db import Database, Target, Workload, import_jsonl
 from ...settings import Settings
 from ...space import Config, Space
-from .arguments import ArgSet, is_tensor
+from . import compat, workers
+from .arguments import ArgSet, is_tensor, underlying
 from .configs import (config_of_triton, enumerate_space, launch_kwargs, space_of_configs,
                       space_of_triton_configs, triton_of_config)
 from .keys import KeyMaker, TuningKey
 from .options import AutotuneOptions
 from .records import nearest_config, recorded_config, settled_config
-from .runner import Candidate, Hooks, LaunchRunner
+from .runner import NO_GRID, Candidate, Hooks, LaunchRunner
 from .source import base_function, kernel_name, kernel_source
 from .target import current_target
 from .timing import confirm_timer, resolve_timer
@@ -54,6 +55,7 @@ class Decision:
     source: str  # tuned | recorded | nearest | default | only | agreed
     kwargs: Mapping[str, Any]
     pre_hook: Callable[..., Any] | None = None
+    triton_config: Any = None  # the same configuration as a triton.Config (the listed object itself)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,15 @@ class _Candidates:
     space: Space
     by_config: Mapping[Config, Any]  # the triton.Config of each configuration (list form)
     default: Config  # the first configuration: what never-tune mode falls back to
+
+    def triton_config(self, config: Config) -> Any:
+        tc = self.by_config.get(config)
+        return tc if tc is not None else triton_of_config(config)
+
+    def meta_of(self, config: Config) -> dict[str, Any]:
+        """The keyword arguments that launch `config` (a listed triton.Config's own all_kwargs())."""
+        tc = self.by_config.get(config)
+        return tc.all_kwargs() if tc is not None else launch_kwargs(config)
 
 
 @dataclass
@@ -76,11 +87,13 @@ class _Context:
 class AutotunedKernel(KernelInterface):
     """A `@triton.jit` function wrapped by `@tensortune.autotune`."""
 
-    def __init__(self, fn: Any, options: AutotuneOptions) -> None:
+    def __init__(self, fn: Any, options: AutotuneOptions, arg_names: Sequence[str] | None = None) -> None:
         self.fn = fn
         self.base_fn = base_function(fn)
-        self.arg_names = list(getattr(fn, "arg_names", None) or
-                              self.base_fn.__code__.co_varnames[:self.base_fn.__code__.co_argcount])
+        if arg_names is None:
+            arg_names = getattr(fn, "arg_names", None) or \
+                self.base_fn.__code__.co_varnames[:self.base_fn.__code__.co_argcount]
+        self.arg_names = list(arg_names)
         self.options = options
         self.keys = list(options.key)
         self.configs = list(options.configs) if options.configs is not None else None
@@ -90,6 +103,8 @@ class AutotunedKernel(KernelInterface):
                 raise ValueError(f"{param} names {unknown} are not arguments of the kernel; "
                                  f"its arguments are {self.arg_names}")
         self._keys = KeyMaker(self.arg_names, options.key, options.bucket)
+        self._tuned = set(options.space.names) if options.space is not None else \
+            {n for tc in options.configs or () for n in tc.kwargs}
         self._raw = self._keys.raw
         self._run = fn.run
         self._decisions: dict[tuple[Any, ...], Decision] = {}
@@ -97,13 +112,16 @@ class AutotunedKernel(KernelInterface):
         self._lock = threading.RLock()
         self._context: _Context | None = None
         self._source: str | None = None
-        self._kept: dict[str, Any] | None = None  # workers shared by keys inside keep_workers()
         self.name = options.name or kernel_name(fn)
         self.short_name = getattr(self.base_fn, "__name__", self.name)
-        self.interpreted = _is_interpreted(fn)
+        self.interpreted = _is_interpreted(fn) or _interpreter_on()
         self.tunings: dict[TuningKey, KeyTuning] = {}
         self.pending: dict[TuningKey, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
-        self.best_config: Config | None = None  # the configuration of the latest decision
+        self.best_config: Any = None  # the triton.Config of the latest decision, as in Triton
+        self.decision: Decision | None = None  # the latest decision (its `.config` is tensortune's)
+        self.cache: dict[tuple[Any, ...], Any] = {}  # Triton's key -> triton.Config, as triton.autotune's
+        self.configs_timings: dict[Any, Any] | None = None  # of the latest key tuned or read from records
+        self.bench_time: float | None = None  # seconds the latest key's tuning took
         self.make_inputs: Callable[..., Any] | None = None
         self.log: list[Decision] = []  # one entry per launch signature first seen (the slow path)
         _KERNELS.add(self)
@@ -130,13 +148,31 @@ class AutotunedKernel(KernelInterface):
 
         return launch
 
-    def run(self, *args: Any, grid: Any, warmup: bool = False, **kwargs: Any) -> Any:
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Launch with the key's configuration (deciding it first if new). As in Triton,
+        `grid` and `warmup` are passed on only when given."""
+        grid = kwargs.pop("grid", NO_GRID)
+        launch = {} if grid is NO_GRID else {"grid": grid, "warmup": kwargs.pop("warmup", False)}
+        called = (args, kwargs)
+        args, kwargs = self._bind(args, kwargs)
         d = self._decisions.get(self._raw(args, kwargs))
         if d is None:
-            d = self._decide(args, kwargs, grid)
+            d = self._decide(args, kwargs, grid, called)
         if d.pre_hook is not None:
             d.pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **d.kwargs})
-        return self._run(*args, grid=grid, warmup=warmup, **kwargs, **d.kwargs)
+        return self._run(*args, **launch, **kwargs, **d.kwargs)
+
+    def _bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Keyword arguments that are the kernel's next arguments become positional, so a
+        launch by keywords has the same key, isolation and records as a positional one."""
+        if not kwargs:
+            return args, kwargs
+        bound, rest = list(args), dict(kwargs)
+        for name in self.arg_names[len(args):]:
+            if name not in rest or name in self._tuned:  # a tuned name passed is a conflict, reported later
+                break
+            bound.append(rest.pop(name))
+        return tuple(bound), rest
 
     # ---- the slow path, once per key ----------------------------------------------------
     @property
@@ -157,7 +193,8 @@ class AutotunedKernel(KernelInterface):
             self._context = _Context(settings, db, current_target(self.interpreted), timer)
         return self._context
 
-    def _decide(self, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> Decision:
+    def _decide(self, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
+                called: tuple[tuple[Any, ...], dict[str, Any]]) -> Decision:
         raw = self._raw(args, kwargs)
         with self._lock:
             d = self._decisions.get(raw)
@@ -165,18 +202,21 @@ class AutotunedKernel(KernelInterface):
                 key = self._keys.tuning_key(raw)
                 d = self._by_key.get(key)
                 if d is None:
-                    d = self._decide_key(key, args, kwargs, grid)
+                    d = self._decide_key(key, args, kwargs, grid, called)
                     self._by_key[key] = d
                 self._decisions[raw] = d
                 self.log.append(d)
-            self.best_config = d.config
+            self.best_config, self.decision = d.triton_config, d
             return d
 
     def _space_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> "_Candidates":
-        """The candidates of this launch, after prune_configs_by (which sees the arguments)."""
+        """The candidates of this launch, after prune_configs_by (which sees the arguments as
+        they were passed: positional ones by name, then the keywords)."""
         o = self.options
         if o.configs is not None:
-            listed = _prune(list(o.configs), o.prune_configs_by, dict(zip(self.arg_names, args)), kwargs)
+            listed = list(o.configs)
+            if len(listed) > 1:
+                listed = _prune(listed, o.prune_configs_by, dict(zip(self.arg_names, args)), kwargs)
             space, by_config = space_of_triton_configs(listed)
             return _Candidates(space, by_config, next(iter(by_config)))
         assert o.space is not None
@@ -188,15 +228,21 @@ class AutotunedKernel(KernelInterface):
                                   for tc in kept])
         return _Candidates(space, {}, next(iter(space)))
 
-    def _decide_key(self, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> Decision:
-        cands = self._space_for(args, kwargs)
+    def _decide_key(self, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
+                    called: tuple[tuple[Any, ...], dict[str, Any]]) -> Decision:
+        cands = self._space_for(*called)
         space, by_config, default = cands.space, cands.by_config, cands.default
         clash = sorted(set(kwargs) & set(space.names))
         if clash:
             raise ValueError(f"conflicting meta-parameters: {', '.join(clash)} are tuned and also passed "
                              f"to {self.name}; do not pass tuned parameters")
+        several = self.configs is None or len(self.configs) > 1
+        triton_key = compat.triton_key(self.keys, {**dict(zip(self.arg_names, args)), **kwargs}, self.arg_names)
         if space.size_is_exact and space.size == 1:
-            return self._decision(key, default, "only", by_config)
+            d = self._decision(key, default, "only", cands)
+            if several:  # pruned to one: Triton caches it, measures nothing and tells no listener
+                self.cache[triton_key] = d.triton_config
+            return d
         ctx = self.context()
         workload = Workload.make(self.name, self.source, key.as_dict())
 
@@ -206,7 +252,33 @@ class AutotunedKernel(KernelInterface):
         from .distributed import agree
 
         config, source = agree(decide, self.options.distributed)
-        return self._decision(key, config, source, by_config)
+        d = self._decision(key, config, source, cands)
+        self.cache[triton_key] = d.triton_config
+        if source == "tuned":
+            tuning = self.tunings[key]
+            returned = getattr(ctx.timer, "returned", None)
+            self.configs_timings = compat.configs_timings(tuning.result.history, cands.triton_config, returned)
+            self.bench_time = tuning.final.extra.get("tuning_seconds")
+            self._reset_after_tuning(args, kwargs, d)
+            compat.report(self, triton_key, d.triton_config, self.configs_timings, self.bench_time, cache_hit=False)
+        elif source == "recorded":
+            results = [r.to_result() for r in ctx.db.measured_configs(workload, ctx.target).values()
+                       if r.config in space]
+            self.configs_timings = compat.configs_timings(results, cands.triton_config)
+            compat.report(self, triton_key, d.triton_config, self.configs_timings, None, cache_hit=True)
+        return d
+
+    def _reset_after_tuning(self, args: tuple[Any, ...], kwargs: dict[str, Any], d: Decision) -> None:
+        """As Triton does after benchmarking: the pre_hook once more, reset only, on the
+        caller's arguments (the default hook zeroes the reset_to_zero arguments)."""
+        o = self.options
+        full = {**dict(zip(self.arg_names, args)), **kwargs, **d.kwargs}
+        if o.pre_hook is not None:
+            o.pre_hook(full, reset_only=True)
+            return
+        for name in o.reset_to_zero:
+            if underlying(full.get(name)) is not None:
+                full[name].zero_()
 
     def _decide_locally(self, ctx: _Context, key: TuningKey, workload: Workload, cands: "_Candidates",
                         args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any) -> tuple[Config, str]:
@@ -235,17 +307,19 @@ class AutotunedKernel(KernelInterface):
         budget = budget or o.budget or default_budget(size, o.listed)
         progress = ctx.settings.progress and not self.interpreted if o.progress is None else o.progress
         strategy = self._strategy(strategy or o.strategy, key, workload, space, budget)
-        runner, builder = self._measurement(cands, args, kwargs, grid)
-        try:
-            result = tune_key(space, runner, workload=workload, target=ctx.target, db=ctx.db, budget=budget,
-                              strategy=strategy, seed=o.seed, builder=builder, progress=progress,
-                              description=f"{self.short_name} {key.as_dict()}")
-        finally:  # worker processes exit in the background: nobody waits for their teardown
-            kept = self._kept.values() if self._kept is not None else ()
-            parts = [p for p in (runner, builder) if p is not o.builder and callable(getattr(p, "close", None))
-                     and not any(p is k for k in kept)]
-            if parts:
-                threading.Thread(target=_close_all, args=(parts,), daemon=True).start()
+        with workers.lease() as shared:
+            runner, builder = self._measurement(cands, args, kwargs, grid, shared)
+            try:
+                result = tune_key(space, runner, workload=workload, target=ctx.target, db=ctx.db, budget=budget,
+                                  strategy=strategy, seed=o.seed, builder=builder, progress=progress,
+                                  description=f"{self.short_name} {key.as_dict()}",
+                                  confirm=o.do_bench is None)
+            finally:  # workers of their own exit in the background: nobody waits for their teardown
+                kept = shared.values() if shared is not None else ()
+                parts = [p for p in (runner, builder) if p is not o.builder and callable(getattr(p, "close", None))
+                         and not any(p is k for k in kept)]
+                if parts:
+                    threading.Thread(target=_close_all, args=(parts,), daemon=True).start()
         self.tunings[key] = result
         return result
 
@@ -265,18 +339,21 @@ class AutotunedKernel(KernelInterface):
         inner = create_strategy(strategy, space, seed=self.options.seed, budget=budget.trials)
         return Seeded(inner, seeds)
 
-    def _measurement(self, cands: "_Candidates", args: tuple[Any, ...], kwargs: dict[str, Any],
-                     grid: Any) -> tuple[Any, Any]:
-        """The runner (isolated worker or this process) and builder (parallel compiles) for a key."""
+    def _measurement(self, cands: "_Candidates", args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
+                     shared: dict[str, Any] | None) -> tuple[Any, Any]:
+        """The runner (isolated worker or this process) and builder (parallel compiles) for a
+        key; with `shared`, the process's warm workers serve it (and new ones are kept there)."""
         from . import isolated
 
         o, ctx = self.options, self.context()
         pre_hooks = {c: tc.pre_hook for c, tc in cands.by_config.items() if getattr(tc, "pre_hook", None)}
         isolate = o.isolate if o.isolate is not None else not self.interpreted
         why = isolated.why_not_isolated(hooks_in_python=bool(pre_hooks or o.pre_hook or o.post_hook),
-                                        args=(*args, *kwargs.values()), reference=o.reference, timer=ctx.timer)
-        if isolate and why is None and (kwargs or o.reset_to_zero):
-            why = "keyword tensors and reset_to_zero are measured in this process"
+                                        args=args, reference=o.reference, timer=ctx.timer)
+        if isolate and why is None and any(underlying(v) is not None for v in kwargs.values()):
+            why = "a tensor is passed by a keyword that is not an argument of the kernel"
+        if isolate and why is None and grid is NO_GRID:
+            why = "the launch has no grid"
         if isolate and why is None and not (cands.space.size_is_exact and cands.space.size <= 100_000):
             why = "the space is too large to compute every candidate's grid"
         if isolate and why is None and isolated.kernel_ref(self.fn) is None:
@@ -285,53 +362,47 @@ class AutotunedKernel(KernelInterface):
             raise ValueError(f"isolate=True, but {why}")
         default_timing = o.timer is None and o.do_bench is None and not self.interpreted
         confirming = confirm_timer() if default_timing else None
-        kept = self._kept if self._kept is not None else {}
+        kept = shared if shared is not None else {}
+        verbose = self.short_name if compat.verbose() else None
         if isolate and why is None:
             tolerance = o.tolerance if not isinstance(o.tolerance, Mapping) else None
             earlier = getattr(kept.get("runner"), "inner", None)
             runner: Any = isolated.gpu_runner(self.fn, self.arg_names, args, kwargs, grid,
                                               enumerate_space(cands.space), o.reference, ctx.timer, o.seed,
-                                              tolerance, self.interpreted, confirming, reuse=earlier)
+                                              tolerance, self.interpreted, confirming, reuse=earlier,
+                                              reset_to_zero=o.reset_to_zero)
         else:
-            pristine = ArgSet.fresh(args, kwargs, seed=o.seed, random=o.check_inputs == "random")
-            candidate = Candidate(self._run, self.arg_names, grid, pre_hooks)
+            pristine = ArgSet.fresh(args, kwargs, seed=o.seed, random=o.check_inputs == "random",
+                                    names=self.arg_names, zero=o.reset_to_zero)
+            candidate = Candidate(self._run, self.arg_names, grid, pre_hooks, cands.meta_of)
             hooks = Hooks(o.reset_to_zero, o.restore_value, o.pre_hook, o.post_hook)
             runner = LaunchRunner(candidate, pristine, ctx.timer, hooks, o.reference, o.tolerance,
-                                  confirm_timer=confirming)
+                                  confirm_timer=confirming, user_timer=o.do_bench is not None, verbose=verbose)
         if o.builder is not None:
             builder = o.builder(self, cands.space, args, kwargs, grid) if callable(o.builder) else o.builder
         elif self.interpreted:
             builder = None  # nothing to compile
         else:
+            by_config = isolated.compile_args_by_config(args, kwargs, self.arg_names, enumerate_space(cands.space),
+                                                        pre_hooks, cands.meta_of) if pre_hooks else None
             builder = isolated.parallel_builder(self.fn, args, kwargs, o.compile_jobs, stream=True,
-                                                reuse=kept.get("builder"))
-        if self._kept is not None:  # keep_workers(): hand the worker processes to the next key
+                                                reuse=kept.get("builder"), by_config=by_config)
+        if shared is not None:  # kept warm for the next key
             if isinstance(runner, isolated.EarlyStart):
-                self._kept["runner"] = runner
-            if isinstance(builder, isolated.LargestFirst):
-                self._kept["builder"] = builder
+                shared["runner"] = runner
+            if isinstance(builder, isolated.CompileQueue):
+                shared["builder"] = builder
         return runner, builder
 
     @contextlib.contextmanager
     def keep_workers(self) -> Iterator["AutotunedKernel"]:
-        """Within this block, keys tuned one after another share the compile processes and
-        the isolated GPU worker instead of starting their own (offline tuning of many
-        shapes); they are closed when the block ends."""
-        outer = self._kept is not None
-        if not outer:
-            self._kept = {}
-        try:
-            yield self
-        finally:
-            if not outer:
-                kept, self._kept = self._kept or {}, None
-                parts = list({id(p): p for p in kept.values()}.values())
-                if parts:
-                    threading.Thread(target=_close_all, args=(parts,), daemon=True).start()
+        """Kept for compatibility: the compile processes and the GPU worker are kept warm for
+        the whole process anyway (`workers.py`)."""
+        yield self
 
-    def _decision(self, key: TuningKey, config: Config, source: str, by_config: Mapping[Config, Any]) -> Decision:
-        tc = by_config.get(config)
-        return Decision(key, config, source, launch_kwargs(config), getattr(tc, "pre_hook", None))
+    def _decision(self, key: TuningKey, config: Config, source: str, cands: "_Candidates") -> Decision:
+        tc = cands.triton_config(config)
+        return Decision(key, config, source, cands.meta_of(config), getattr(tc, "pre_hook", None), tc)
 
     # ---- offline tuning ----------------------------------------------------------------
     def tune(self, *args: Any, grid: Any, budget: Any = None, strategy: Any = None, force: bool = False,
@@ -341,29 +412,30 @@ class AutotunedKernel(KernelInterface):
         Nothing is launched on the given tensors; candidates run on copies. With
         `force`, the search goes on from the records even for a settled key.
         """
-        key = self._keys.tuning_key(self._raw(args, kwargs))
         cands = self._space_for(args, kwargs)
-        space, by_config = cands.space, cands.by_config
+        args, kwargs = self._bind(args, kwargs)
+        key = self._keys.tuning_key(self._raw(args, kwargs))
+        space = cands.space
         if space.size_is_exact and space.size == 1:
-            d = self._decision(key, cands.default, "only", by_config)
+            d = self._decision(key, cands.default, "only", cands)
         else:
             ctx = self.context()
             workload = Workload.make(self.name, self.source, key.as_dict())
             settled = None if force else settled_config(ctx.db, workload, ctx.target, space)
             if settled is not None:
-                d = self._decision(key, settled, "recorded", by_config)
+                d = self._decision(key, settled, "recorded", cands)
             else:
                 from ...tuner import Budget
 
                 tuned = self._tune(key, workload, cands, args, kwargs, grid,
                                    Budget.of(budget) if budget is not None else None, strategy)
-                d = self._decision(key, tuned.config, "tuned", by_config)
+                d = self._decision(key, tuned.config, "tuned", cands)
         with self._lock:
             self._by_key[key] = d
             for raw in [r for r, x in self._decisions.items() if x.key == key]:
                 del self._decisions[raw]  # in place: launch closures hold this dict
             self.pending.pop(key, None)
-            self.best_config = d.config
+            self.best_config, self.decision = d.triton_config, d
         return d
 
     def tune_pending(self) -> list[Decision]:
@@ -384,10 +456,11 @@ class AutotunedKernel(KernelInterface):
             self._decisions.clear()
             self._by_key.clear()
 
-    def warmup(self, *args: Any, grid: Any, **kwargs: Any) -> list[Any]:
-        """Compile every candidate for these arguments without running or tuning."""
-        space = self._space_for(args, kwargs).space
-        return [self.fn.warmup(*args, grid=grid, **kwargs, **launch_kwargs(c)) for c in enumerate_space(space)]
+    def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Compile every candidate for these arguments without running or tuning (as
+        Triton's: `grid=` and the other keywords go to the jit function's `warmup`)."""
+        cands = self._space_for(args, {k: v for k, v in kwargs.items() if k != "grid"})
+        return [self.fn.warmup(*args, **kwargs, **cands.meta_of(c)) for c in enumerate_space(cands.space)]
 
     def __repr__(self) -> str:
         return f"AutotunedKernel({self.name}, key={self.keys})"
@@ -418,8 +491,7 @@ def _prune(configs: list[Any], prune: Mapping[str, Any] | None, nargs: dict[str,
     if early is not None:
         configs = list(early(configs, nargs, **kwargs))
         if not configs:
-            raise ValueError("prune_configs_by's early_config_prune returned no configurations; "
-                             "it must return at least one")
+            raise compat.AutotunerError(compat.NO_CONFIGS_LEFT)
     if model is not None:
         if isinstance(top_k, float) and top_k <= 1.0:
             top_k = max(1, int(len(configs) * top_k))
@@ -429,6 +501,19 @@ def _prune(configs: list[Any], prune: Mapping[str, Any] | None, nargs: dict[str,
             est = {i: model(**nargs, **kwargs, **c.all_kwargs()) for i, c in enumerate(configs)}
             configs = [configs[i] for i in sorted(est, key=est.__getitem__)[:top_k]]
     return configs
+
+
+def _interpreter_on() -> bool:
+    """Triton's interpreter switch (TRITON_INTERPRET=1): also kernels that are not jit functions
+    (a stub with a `run` method) then run on the CPU."""
+    try:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):
+        import os
+
+        return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _is_interpreted(fn: Any) -> bool:

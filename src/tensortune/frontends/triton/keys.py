@@ -149,7 +149,8 @@ class KeyMaker:
             return fail
         items = [f"args[{i}]" for i in self._pos] + [f"_get(args[{i}], 'dtype', None)" for i in range(arity)]
         namespace: dict[str, Any] = {}
-        exec(f"def raw(args, _get=getattr):\n    return ({', '.join(items)},)\n", namespace)  # noqa: S102
+        body = f"({', '.join(items)},)" if items else "()"  # key=[] and no arguments: the empty key
+        exec(f"def raw(args, _get=getattr):\n    return {body}\n", namespace)  # noqa: S102
         return namespace["raw"]
 
     def tuning_key(self, raw: tuple[Any, ...]) -> TuningKey:
@@ -160,12 +161,17 @@ class KeyMaker:
 
 
 def _plain(value: Any) -> Any:
-    """Key values as JSON-friendly Python scalars (numpy/torch scalars unwrapped)."""
+    """Key values as JSON-friendly Python values (numpy/torch scalars unwrapped, a tensor
+    as its shape, anything else, such as a `tl.float32` constexpr, as its text)."""
     if hasattr(value, "item") and callable(value.item) and not hasattr(value, "data_ptr"):
         return value.item()
     if hasattr(value, "dtype") and hasattr(value, "shape"):
         return tuple(value.shape)  # a tensor used as a key: its shape
-    return value
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return tuple(_plain(v) for v in value)
+    return str(value)
 
 
 def dtype_name(dtype: Any) -> str:

@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -106,11 +105,9 @@ class ShapeReport:
 
 def tune_shapes(target: Any, shapes: Iterable[Mapping[str, Any]], *, budget: Any = None,
                 strategy: Any = None, force: bool = False) -> list[ShapeReport]:
-    """Tune `target` for each shape (see the module doc for what a target is)."""
-    with contextlib.ExitStack() as stack:
-        for k in ([target] if isinstance(target, AutotunedKernel) else all_kernels()):
-            stack.enter_context(k.keep_workers())  # one set of worker processes for every shape
-        return _tune_each(target, shapes, budget, strategy, force)
+    """Tune `target` for each shape (see the module doc for what a target is); the shapes
+    share the process's warm compile processes and GPU worker."""
+    return _tune_each(target, shapes, budget, strategy, force)
 
 
 def _tune_each(target: Any, shapes: Iterable[Mapping[str, Any]], budget: Any, strategy: Any,

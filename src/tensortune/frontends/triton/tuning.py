@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,13 +25,15 @@ from ...db import Database, Target, Workload
 from ...measure import Builder, MeasureResult
 from ...space import Config, Space
 from ...tuner import Budget, TuneResult, Tuner
+from .compat import AutotunerError
 from .runner import LaunchRunner
 
 SPACE_DEFAULT_TRIALS = 100
 
 
-class TuningFailed(RuntimeError):
-    """Every candidate of a key failed; the message lists why, per configuration."""
+class TuningFailed(AutotunerError, RuntimeError):
+    """Every candidate of a key failed; the message lists why, per configuration (a Triton
+    `AutotunerError`, so code that catches Triton's errors catches it)."""
 
 
 def default_budget(space_size: int, listed: bool) -> Budget:
@@ -53,6 +56,11 @@ def with_free_rejections(budget: Budget) -> Budget:
     return dataclasses.replace(budget, free_rejections=budget.trials)
 
 
+class WeakCheck(UserWarning):
+    """The candidates of a key could not be checked well (no reference function, and no two
+    configurations agreed, or only one ran)."""
+
+
 @dataclass(frozen=True)
 class KeyTuning:
     """The outcome of tuning one key."""
@@ -60,6 +68,7 @@ class KeyTuning:
     config: Config
     result: TuneResult
     final: MeasureResult
+    check: str = ""  # how the candidates were checked ("consensus: 3 of 3 configurations agreed; ...")
 
 
 def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: Target, db: Database,
@@ -86,6 +95,10 @@ def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: 
     if not ok:
         raise TuningFailed(_failure_report(workload, result))
     searched = time.perf_counter() - start
+    check = str(getattr(runner, "check_note", "") or "")
+    if check.startswith("weak"):
+        warnings.warn(f"{workload.name} {workload.key}: the configurations were checked only weakly ({check}); "
+                      "give reference= to check them against known results", WeakCheck, stacklevel=4)
     final = _confirm(runner, ok, enabled=confirm)
     final = MeasureResult(final.config, final.times, compile_seconds=final.compile_seconds,
                           run_seconds=final.run_seconds,
@@ -93,10 +106,11 @@ def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: 
                                  "reused": result.reused, "failures": result.failures,
                                  "strategy": tuner.strategy.name or "custom",
                                  "first_result_seconds": round(first[0], 3) if first else None,
-                                 "search_seconds": round(searched, 3),
+                                 "search_seconds": round(searched, 3), "check": check,
+                                 "worker_ready_seconds": getattr(runner, "ready_seconds", None),
                                  "tuning_seconds": round(time.perf_counter() - start, 3)})
     db.add(workload, target, final, strategy=tuner.strategy.name, session=result.session)
-    return KeyTuning(final.config, result, final)
+    return KeyTuning(final.config, result, final, check)
 
 
 CONTENDERS_WITHIN = 0.10  # re-time every candidate whose fastest run is this close to the best median

@@ -86,10 +86,68 @@ class GpuRunner:
         self._best = float("inf")
         self._lock = threading.Lock()
         self._by_binary: dict[str, MeasureResult] = {}
+        self.check_note = ""  # how the candidates were checked (infer_roles tasks: the election's note)
+        self._elected = False
 
     # -- the Runner protocol -------------------------------------------------------------
     def run(self, builds: Iterable[BuildResult]) -> Iterator[MeasureResult]:
         """Yield one result per build, in the order they finish (builds may stream in)."""
+        if self.task.infer_roles and self.task.reference is None and not self._elected:
+            builds = iter(builds)
+            yield from self._election(builds)
+        yield from self._run(builds)
+
+    def _election(self, builds: Iterator[BuildResult]) -> Iterator[MeasureResult]:
+        """The first candidates, measured one by one in the first worker and held back until
+        they have agreed on a reference (`agreement.elect`); then released with their verdicts."""
+        from .. import agreement
+        from . import inferred
+
+        slot = self._slots[0]
+        held: list[MeasureResult] = []
+        pooled: list[BuildResult] = []
+        for b in builds:
+            if not b.ok:
+                held.append(failed_build(b))
+                continue
+            result = self._measure(slot, b)
+            if result.extra.get("worker_restarted") and pooled:  # the worker's pool died with it
+                redo, pooled = pooled, []
+                held = [r for r in held if r.config not in {x.config for x in redo}]
+                for again in redo:
+                    r = self._measure(slot, again)
+                    held.append(r)
+                    if r.extra.get("pooled"):
+                        pooled.append(again)
+            held.append(result)
+            if result.extra.get("pooled"):
+                pooled.append(b)
+                if (len(pooled) >= agreement.POOL and result.extra.get("pool_group", 0) >= 2) \
+                        or len(pooled) >= agreement.POOL_LIMIT:
+                    break
+        if pooled:
+            self._ensure_ready(slot)
+            reply = slot.worker.call(inferred.elect, self.task, self._scratch, timeout=self.startup_timeout)
+            self._elected = True
+            self.check_note = f"{reply['strength']}: {reply['note']}"
+            for s in self._slots[1:]:
+                s.ready = False  # the other workers load the agreed reference
+            verdicts = reply["verdicts"]
+            for i, r in enumerate(held):
+                why = verdicts.get(r.config.to_json()) if r.extra.get("pooled") else None
+                extra = {k: v for k, v in r.extra.items() if k not in ("pooled", "pool_group")}
+                if why:
+                    held[i] = MeasureResult.failed(r.config, ErrorKind.WRONG_RESULT,
+                                                   f"{why} (the reference: {reply['note']})",
+                                                   compile_seconds=r.compile_seconds, extra=extra)
+                elif r.ok:
+                    held[i] = dataclasses.replace(r, extra={**extra, "reference": reply["strength"]})
+        for r in held:
+            if r.ok:
+                self._best = min(self._best, r.time)
+            yield r
+
+    def _run(self, builds: Iterable[BuildResult]) -> Iterator[MeasureResult]:
         work: queue.Queue[BuildResult | None] = queue.Queue()
         out: queue.Queue[Any] = queue.Queue()
         waiting: dict[str, list[BuildResult]] = {}  # binary digest -> followers of a leader in flight
@@ -237,6 +295,8 @@ class GpuRunner:
             self.task = task
             self._best = float("inf")
             self._by_binary.clear()
+            self._elected = False
+            self.check_note = ""
         for s in self._slots:
             s.ready = False
 

@@ -53,6 +53,10 @@ class GpuTask:
     check_after_timing: bool = True  # compare outputs again after the timed runs
     health_check: Callable[[], bool] | str | None = None  # None: a CUDA synchronise and allocation
     name: str = ""
+    # the kernel does not say which arguments it writes: find out (measure.agreement), compare only
+    # the elements the reference wrote, and without a reference elect one from the first candidates
+    infer_roles: bool = False
+    arg_names: tuple[str, ...] = ()  # names of the arguments, for messages
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args", tuple(self.args))
@@ -69,7 +73,8 @@ class GpuTask:
     @property
     def digest(self) -> str:
         """Identifies the arguments and functions (same digest: same inputs and outputs)."""
-        text = repr((_name_of(self.launch), self.args, _name_of(self.reference), self.seed, self.device))
+        text = repr((_name_of(self.launch), self.args, _name_of(self.reference), self.seed, self.device,
+                     self.infer_roles))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

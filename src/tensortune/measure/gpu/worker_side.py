@@ -14,7 +14,7 @@ import inspect
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...space import Config
@@ -34,7 +34,13 @@ class _Prepared:
     outputs: tuple[int, ...]  # output=True arguments: poisoned before checking runs
     checked: tuple[int, ...]
     expected: list[Any] | None
-    reference_kind: str  # "function" | "first_config" | "" (none yet)
+    reference_kind: str  # "function" | "first_config" | "consensus" | "weak" | "agreed" | "" (none yet)
+    # tasks with infer_roles (see inferred.py): pristine values of the checked arguments, their
+    # roles, the agreed reference's outcome, the candidates pooled before the election
+    checked_pristine: list[Any] = field(default_factory=list)
+    roles: list[str] | None = None
+    agreed: Any = None
+    pool: list[Any] = field(default_factory=list)
 
 
 def _synchronize(device: str) -> None:
@@ -65,7 +71,11 @@ def prepare(task: GpuTask, scratch: str) -> dict[str, Any]:
         zeroed=tuple(i for i, a in enumerate(specs) if isinstance(a, TensorArg) and a.zero),
         outputs=tuple(i for i, a in enumerate(specs) if isinstance(a, TensorArg) and a.output),
         checked=task.checked_indices, expected=None, reference_kind="")
-    if task.reference is not None:
+    if task.infer_roles:
+        from . import inferred
+
+        inferred.setup(task, prepared, scratch)
+    elif task.reference is not None:
         prepared.expected = _run_reference(task, prepared)
         prepared.reference_kind = "function"
     elif os.path.exists(_expected_path(scratch, task.digest)):
@@ -128,6 +138,10 @@ def _adopt_as_reference(task: GpuTask, p: _Prepared, scratch: str) -> str | None
 
 def measure(task: GpuTask, config: Config, scratch: str, cutoff: float | None = None) -> dict[str, Any]:
     """Check one candidate against the reference, then time it; never raises for it."""
+    if task.infer_roles:
+        from . import inferred
+
+        return inferred.measure(task, config, cutoff, _time)
     p: _Prepared = worker_state()["gpu_task"]
     launch = resolve(task.launch)
     run = lambda: launch(config, *p.args)  # noqa: E731
@@ -205,7 +219,12 @@ def confirm(task: GpuTask, configs: Sequence[Config], prior: dict[Config, float]
     p: _Prepared = worker_state()["gpu_task"]
     launch = resolve(task.launch)
     candidates = {c: (lambda c=c: launch(c, *p.args)) for c in configs}
-    reset = lambda: _reset(p)  # noqa: E731
+    if task.infer_roles:
+        from .inferred import _reset_inplace
+
+        reset = lambda: _reset_inplace(p)  # noqa: E731
+    else:
+        reset = lambda: _reset(p)  # noqa: E731
     takes_setup = "setup" in inspect.signature(timer.time).parameters
     if takes_setup:
         result = confirm_winners(candidates, timer, prior=prior, within=within, rounds=rounds,
