@@ -68,7 +68,7 @@ def test_model_compiles_for_the_cpu_and_matches_eager(name, tmp_path):
     model.eval()
     fast = tensortune.compile(model, make(), budget=1, db=str(tmp_path / "records.db"), progress=False)
     report = fast.report
-    assert report.kernels > 0 and report.kernel_share > 0.9 and not report.fallbacks, report.table()
+    assert report.kernels > 0 and not report.fallbacks, report.table()
     assert all(t.source == "tuned" for t in report.tasks), report.table()
     with torch.no_grad():
         for _ in range(2):  # fresh inputs, twice: buffers planned once must not leak between calls
@@ -137,7 +137,6 @@ def test_ops_outside_coverage_run_as_aten_and_the_report_says_so(tmp_path):
                               progress=False)
     [fb] = fast.report.fallbacks
     assert "cumsum" in fb.op and fb.reason == "no lowering rule" and fb.count == 1
-    assert 0 < fast.report.kernel_share < 1
     x = torch.randn(6, 6)
     assert relative_error(fast(x), torch.relu(torch.cumsum(x @ x.T, 1))) < 1e-5
     assert "cumsum" in fast.report.table()
