@@ -183,7 +183,7 @@ def run_model(name: str, make: Callable[[], Any], args: argparse.Namespace) -> d
     torch._dynamo.reset()
     start = time.perf_counter()
     fast = tensortune.compile(model, inputs, example_kwargs=kwargs, target=args.device, budget=args.budget,
-                              db=args.db, progress=not args.quiet)
+                              db=args.db, progress=not args.quiet, retune=args.retune)
     out["tensortune compile_s"] = time.perf_counter() - start
     report = fast.report
     out["tensortune tuning_s"] = sum(r.tuning_seconds for r in fast.reports)
@@ -229,6 +229,8 @@ def main() -> None:
     parser.add_argument("--models", default="gpt2,llama,llama-decode,bert,resnet50")
     parser.add_argument("--budget", type=int, default=None, help="tensortune trials per model (default: its own)")
     parser.add_argument("--max-autotune", action="store_true", help="also torch.compile(mode='max-autotune')")
+    parser.add_argument("--retune", action="store_true", help="tune again where the database has records (the search "
+                        "resumes from them: the budget is spent on top)")
     parser.add_argument("--db", default=os.path.join("bench-out", "models.db"))
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--per-round", type=int, default=10)

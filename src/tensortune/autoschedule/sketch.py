@@ -46,7 +46,7 @@ from .analysis import GraphInfo, StageInfo, analyze
 
 INLINE, SIMPLE, TILE, TILE_LOCAL, TILE_CONSUMER, CACHE_WRITE, RFACTOR = (
     "inline", "simple", "tile", "tile_local", "tile_consumer", "cache_write", "rfactor")
-RULES_VERSION = 4  # bump when sketches or holes change meaning: records are keyed by it
+RULES_VERSION = 5  # bump when sketches, holes or the code they generate change: records are keyed by it
 MAX_SKETCHES = 16
 RFACTOR_MAX_SPATIAL = 64  # rfactor when the spatial size is at most this ...
 RFACTOR_MIN_REDUCE = 1024  # ... and the reduction at least this long
