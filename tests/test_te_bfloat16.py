@@ -154,7 +154,7 @@ def test_checked_runs_in_an_isolated_worker_draw_bfloat16_inputs_and_catch_wrong
     problem = kernel.problem()
     assert (problem.rtol, problem.atol) == (2e-2, 2e-2)
     assert np.unique(problem.inputs(1)["X"].astype(np.float32)).size > 200  # normal draws, not small integers
-    wrong = cc.compile(kernel.source.replace("q * r * r + r + 1.0f", "q * r * r + 1.5f * r + 1.0f"), {}, kernel.flags)  # a wrong exp
+    wrong = cc.compile(kernel.source.replace("/ rowsum[", "* rowsum["), {}, kernel.flags)  # not normalised
     runner = CRunner(problem, FAST_TIMER)
     try:
         good, bad = runner.run([BuildResult(Config(v=0), str(kernel.library)), BuildResult(Config(v=1), str(wrong))])
