@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import te
-from .ir import Graph, Node, OutputRef, map_outputs, te_dtype
+from .ir import Graph, Node, map_outputs, te_dtype
 from .lowering.context import te_shape
 
 
@@ -82,5 +82,3 @@ def run_graph(graph: Graph, inputs: Sequence[Any], record: dict[int, Any] | None
         record.update(values)
     return map_outputs(graph.outputs, lambda r: values[r.node])
 
-
-_ = OutputRef

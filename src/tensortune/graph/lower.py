@@ -116,7 +116,6 @@ class Lowerer:
 
     # -- one call --------------------------------------------------------------------------------
     def _call(self, node: Any) -> None:
-        import torch.fx as fx
         target = node.target
         if not node.users:
             return  # dead in a functional graph
@@ -163,7 +162,6 @@ class Lowerer:
         if isinstance(result, tuple):
             result = _Lowered(result, "not lowered")
         self.env[node] = result
-        _ = fx
 
     def _foldable(self, node: Any) -> bool:
         import torch

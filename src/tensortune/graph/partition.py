@@ -293,4 +293,3 @@ def _merge_chains(graph: Graph, groups: _Groups, edges: list[tuple[int, int]]) -
             else:
                 continue
             break
-    _ = edges

@@ -91,7 +91,6 @@ class Plan:
 
         graph = self.graph
         outputs = {self._base(i) for i in graph.output_ids()}
-        kernel_roots = [s.root for s in self.steps if isinstance(s, KernelStep)]
         last_use: dict[int, int] = {}
         for pos, s in enumerate(self.steps):
             reads = s.reads if isinstance(s, KernelStep) else graph.nodes[s[1]].inputs
@@ -117,7 +116,6 @@ class Plan:
                                                                     device=self.device)
             self.buffers[root] = buf
             pending.append((last_use.get(root, pos), key, buf))
-        _ = kernel_roots
 
     @property
     def planned_bytes(self) -> int:

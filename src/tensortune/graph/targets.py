@@ -15,7 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,5 +267,3 @@ def make_target(target: str, **options: Any) -> CpuTarget | CudaTarget:
         return CudaTarget(**options)
     raise ValueError(f"unknown target {target!r}; tensortune compiles models for 'cpu' and 'cuda'")
 
-
-_ = os

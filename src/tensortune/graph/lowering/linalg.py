@@ -24,7 +24,7 @@ from ... import te
 from ...te.expr import Expr
 from ..ir import ValueInfo
 from . import register
-from .context import LoweringContext, Unsupported, Val, axis_names
+from .context import LoweringContext, Unsupported, Val
 
 aten = torch.ops.aten
 
@@ -146,5 +146,3 @@ def _add_bias(ctx: LoweringContext, out: Val, bias: Val | None, channel_dim: int
     b = view(ctx, bias, shape)
     return ctx.elementwise(lambda v, bv: v + bv, [out, b], out.dtype)
 
-
-_ = axis_names

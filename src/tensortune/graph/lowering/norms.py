@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,21 +33,18 @@ def layer_norm(ctx: LoweringContext, x: Val, normalized_shape: Sequence[int], we
     dims = list(range(x.ndim - k, x.ndim))
     var, mean = variance(ctx, x, dims, 0.0, keepdim=False)
     rstd = ctx.elementwise(lambda v: 1.0 / te.sqrt(v + eps), [var], var.dtype)
-    operands: list[Any] = [x, rows(mean, x, dims), rows(rstd, x, dims)]
-    if weight is not None:
-        operands.append(weight)
-    if bias is not None:
-        operands.append(bias)
-
-    def fn(v: Any, m: Any, r: Any, *wb: Any) -> Any:
-        out = (v - m) * r
-        if weight is not None:
-            out = out * wb[0]
-        if bias is not None:
-            out = out + wb[-1]
-        return out
-    out = ctx.elementwise(fn, operands, x.dtype)
+    operands: list[Any] = [x, rows(mean, x, dims), rows(rstd, x, dims)] + [v for v in (weight, bias) if v is not None]
+    out = ctx.elementwise(lambda v, m, r, *wb: scale_shift((v - m) * r, wb, weight, bias), operands, x.dtype)
     return out, keep(ctx, ctx.cast(mean, x.dtype), x, dims), keep(ctx, ctx.cast(rstd, x.dtype), x, dims)
+
+
+def scale_shift(v: Any, wb: Sequence[Any], weight: Val | None, bias: Val | None) -> Any:
+    """`v * weight + bias`, for the ones given (`wb` holds their values in that order)."""
+    if weight is not None:
+        v = v * wb[0]
+    if bias is not None:
+        v = v + wb[-1]
+    return v
 
 
 def _channel(ctx: LoweringContext, v: Val | None, ndim: int) -> Val | None:
@@ -64,16 +60,8 @@ def _batch_norm_eval(ctx: LoweringContext, x: Val, weight: Val | None, bias: Val
                      eps: float) -> Val:
     chans = [_channel(ctx, v, x.ndim) for v in (mean, var, weight, bias)]
     operands: list[Any] = [x] + [c for c in chans if c is not None]
-    has_w, has_b = weight is not None, bias is not None
-
-    def fn(v: Any, m: Any, s: Any, *wb: Any) -> Any:
-        out = (v - m) * (1.0 / te.sqrt(s + eps))
-        if has_w:
-            out = out * wb[0]
-        if has_b:
-            out = out + wb[-1]
-        return out
-    return ctx.elementwise(fn, operands, x.dtype)
+    return ctx.elementwise(lambda v, m, s, *wb: scale_shift((v - m) * (1.0 / te.sqrt(s + eps)), wb, weight, bias),
+                           operands, x.dtype)
 
 
 @register(aten._native_batch_norm_legit_no_training.default)
@@ -104,15 +92,6 @@ def group_norm(ctx: LoweringContext, x: Val, weight: Val | None, bias: Val | Non
     out = view(ctx, normed, list(x.shape))
     w, b = _channel(ctx, weight, x.ndim), _channel(ctx, bias, x.ndim)
     operands: list[Any] = [out] + [v for v in (w, b) if v is not None]
-
-    def fn(v: Any, *wb: Any) -> Any:
-        if weight is not None:
-            v = v * wb[0]
-        if bias is not None:
-            v = v + wb[-1]
-        return v
-    result = ctx.elementwise(fn, operands, x.dtype)
+    result = ctx.elementwise(lambda v, *wb: scale_shift(v, wb, weight, bias), operands, x.dtype)
     return result, ctx.cast(mean, x.dtype), ctx.cast(rstd, x.dtype)
 
-
-_ = math

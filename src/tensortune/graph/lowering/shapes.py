@@ -24,7 +24,7 @@ import torch
 from ... import te
 from ...te.expr import Expr
 from . import register
-from .context import LoweringContext, Unsupported, Val, axis_names, read, te_shape
+from .context import LoweringContext, Unsupported, Val, axis_names, te_shape
 
 aten = torch.ops.aten
 
@@ -358,5 +358,3 @@ def gather(ctx: LoweringContext, x: Val, dim: int, index: Val, sparse_grad: bool
         raise Unsupported("gather with an index of another rank")
     return ctx.stage(build, [x, index], ValueInfo(out_shape, x.dtype))
 
-
-_ = read  # re-exported helper used by sibling modules
