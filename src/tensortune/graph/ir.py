@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,6 +209,3 @@ def map_outputs(outputs: Any, fn: Callable[[OutputRef], Any]) -> Any:
         return {k: map_outputs(v, fn) for k, v in outputs.items()}
     return outputs
 
-
-def topological(nodes: Sequence[Node]) -> list[Node]:
-    return sorted(nodes, key=lambda n: n.id)

@@ -238,7 +238,7 @@ def default_partition(graph: Graph, legal: Legal, *, multi_anchor: bool = False)
                     changed = True
     _dissolve(graph, groups)
     if multi_anchor:
-        _merge_chains(graph, groups, edges)
+        _merge_chains(graph, groups)
     fused = {(p, c) for p, c in edges if p in floating or
              (p in groups.group and c in groups.group and groups.group[p] == groups.group[c])}
     return Partition(frozenset(fused))
@@ -275,7 +275,7 @@ def _dissolve(graph: Graph, groups: _Groups) -> None:
                 groups.floating.difference_update(members)
 
 
-def _merge_chains(graph: Graph, groups: _Groups, edges: list[tuple[int, int]]) -> None:
+def _merge_chains(graph: Graph, groups: _Groups) -> None:
     """Contraction -> reductions -> contraction, merged as one kernel where legal."""
     for g in list(groups.members):
         if g not in groups.members or not groups.has_contraction(g):

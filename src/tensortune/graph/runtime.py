@@ -43,13 +43,6 @@ class KernelStep:
 
 
 @dataclass
-class Binding:
-    """How the plan gets a kernel for each kernel spec: from a tuned task or by reference."""
-
-    step: KernelStep
-
-
-@dataclass
 class Plan:
     """The steps of one call and the buffers they use (see the module docstring)."""
 
@@ -57,9 +50,7 @@ class Plan:
     steps: list[Any]
     device: str
     buffers: dict[int, Any] = field(default_factory=dict)  # node id -> planned tensor
-    fresh: set[int] = field(default_factory=set)  # node ids allocated per call (outputs)
     aliases: dict[int, int] = field(default_factory=dict)  # alias node -> node it reshapes
-    stored: set[int] = field(default_factory=set)  # node ids whose value is in kernel storage form
 
     @staticmethod
     def of(graph: Graph, kernels: Sequence[KernelStep], device: str, aliases: set[int] | None = None) -> "Plan":
@@ -67,7 +58,6 @@ class Plan:
         by_root = {k.root: k for k in kernels}
         steps: list[Any] = []
         alias_of = {a: graph.nodes[a].inputs[0] for a in (aliases or set())}
-        produced_by_kernel = set(by_root) | set(alias_of)
         for n in graph:
             if n.id in by_root:
                 steps.append(by_root[n.id])
@@ -76,7 +66,6 @@ class Plan:
             elif n.kind == "torch":
                 steps.append(("torch", n.id))
         plan = Plan(graph, steps, device, aliases=alias_of)
-        plan.stored = {i for i in produced_by_kernel}
         plan._plan_buffers()
         return plan
 
@@ -106,8 +95,7 @@ class Plan:
                     free.setdefault(key, []).append(buf)
                     pending.remove((end, key, buf))
             root = s.root
-            if root in outputs:
-                self.fresh.add(root)
+            if root in outputs:  # allocated at every call, so a caller may keep it
                 continue
             info = graph.nodes[root].info
             assert info is not None
@@ -164,7 +152,7 @@ class Plan:
         if record is not None:
             for i in vals:
                 record[i] = torch_form(i)
-        return map_outputs(graph.outputs, lambda r: _fresh(torch_form(r.node), r.node, self))
+        return map_outputs(graph.outputs, lambda r: torch_form(r.node))
 
     def _step(self, s: Any, vals: dict[int, Any], stored: set[int], kernel_form: Any, torch_form: Any) -> None:
         import torch
@@ -189,14 +177,6 @@ class Plan:
         else:
             n = graph.nodes[s[1]]
             vals[n.id] = n.call(*[torch_form(i) for i in n.inputs])
-
-
-def _fresh(value: Any, node: int, plan: Plan) -> Any:
-    """An output that lives in a planned buffer is copied out, so the caller may keep it."""
-    base = plan._base(node)
-    if base in plan.buffers:
-        return value.clone()
-    return value
 
 
 def _shape(shape: tuple[int, ...]) -> tuple[int, ...]:

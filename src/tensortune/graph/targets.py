@@ -117,13 +117,11 @@ class CpuSearch:
 
     def step(self, built: Any, root: int, reads: tuple[int, ...], name: str) -> KernelStep:
         te_kernel = built.kernel
-        order = [a.name for a in te_kernel.args]
+        order = [-1 if a.name == "out" else int(a.name[2:]) for a in te_kernel.args]  # placeholders are in0, in1, ...
         fn = te_kernel._fn
 
         def run(inputs: list[Any], out: Any) -> None:
-            by_name = {f"in{k}": x for k, x in enumerate(inputs)}
-            by_name["out"] = out
-            if fn(*[by_name[n].data_ptr() for n in order]) != 0:
+            if fn(*[(out if k < 0 else inputs[k]).data_ptr() for k in order]) != 0:
                 raise MemoryError(f"kernel {name} could not allocate its temporaries")
         return KernelStep(name, root, reads, run)
 
