@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from ..measure import (BuildResult, IsolatedWorker, MeasureResult, ProcessPoolBuilder,
-                       Timer, check_close, failed_build, worker_state)
-from ..measure.attribution import LATE_SETTLE_SECONDS, WorkerRuns, measured_result
+                       Timer, check_close, worker_state)
+from ..measure.attribution import LATE_SETTLE_SECONDS, WorkerRuns
 from ..measure.worker import default_memory_limit
 from ..space import Config
 from ..te.dtype import is_float_array, numpy_dtype
@@ -159,20 +158,11 @@ class CRunner:
         return self.runs.worker
 
     def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
-        for b in builds:
-            if not b.ok:
-                yield failed_build(b)
-                continue
+        def call_for(b: BuildResult) -> Callable[[IsolatedWorker], Any]:
             self._checks += 1
-            start = time.perf_counter()
-
-            def call(worker: IsolatedWorker, library: str = b.artifact, seed: int = 1000 + self._checks) -> Any:
-                return worker.call(run_c_candidate, library, self.problem, self.timer, seed)
-
-            measured = self.runs.measure(b.config, call)
-            yield measured_result(b, measured, time.perf_counter() - start)
-            yield from measured.amendments
-        yield from self.runs.finish()
+            library, seed = b.artifact, 1000 + self._checks  # a fresh check per candidate, the same on replay
+            return lambda worker: worker.call(run_c_candidate, library, self.problem, self.timer, seed)
+        return self.runs.run_all(builds, call_for)
 
     def late_results(self) -> tuple[MeasureResult, ...]:
         """At the end of a run: amendments for a worker that died just after its last

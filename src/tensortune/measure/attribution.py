@@ -39,7 +39,7 @@ from typing import Any
 
 from ..space import Config
 from .errors import CandidateError, ErrorKind
-from .result import BuildResult, MeasureResult
+from .result import BuildResult, MeasureResult, failed_build
 from .worker import IsolatedWorker, WorkerLost
 
 REPLAYED_KINDS = (ErrorKind.CRASHED, ErrorKind.OUT_OF_RESOURCES)
@@ -110,6 +110,20 @@ class WorkerRuns:
             return Measured(error=exc, amendments=amendments)
         self._remember(ran)
         return Measured(value, amendments=amendments)
+
+    def run_all(self, builds: Any, call_for: Callable[[BuildResult], Callable[[IsolatedWorker], Any]]) -> Any:
+        """A runner's whole `run`: each build measured by `call_for(build)` in turn (a build
+        that failed is its result), each result followed by the amendments it brought,
+        and the batch's end looked at."""
+        for b in builds:
+            if not b.ok:
+                yield failed_build(b)
+                continue
+            start = time.perf_counter()
+            measured = self.measure(b.config, call_for(b))
+            yield measured_result(b, measured, time.perf_counter() - start)
+            yield from measured.amendments
+        yield from self.finish()
 
     def finish(self, settle: float = 0.0) -> tuple[MeasureResult, ...]:
         """Amendments for a worker that died after the last call of a batch returned,

@@ -92,3 +92,10 @@ class MeasureResult:
         if environment:
             kw["extra"] = {**kw.get("extra", {}), "environment": environment}
         return MeasureResult(config, (), kind, message[:4000], **kw)
+
+
+def failed_build(build: BuildResult) -> MeasureResult:
+    """The result of a candidate that did not build: its build's error, as a measurement."""
+    assert build.error is not None
+    return MeasureResult.failed(build.config, build.error, build.message, build.environment,
+                                compile_seconds=build.compile_seconds, extra={"stage": "build"})

@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .attribution import LATE_SETTLE_SECONDS, WorkerRuns, measured_result
+from .attribution import LATE_SETTLE_SECONDS, WorkerRuns
 from .errors import CandidateError, WrongResult, environment_cause
-from .result import BuildResult, MeasureResult
+from .result import BuildResult, MeasureResult, failed_build
 from .timer import Timer
 from .worker import IsolatedWorker, classify_exception, default_memory_limit, worker_state
 
@@ -31,12 +31,6 @@ class Runner(Protocol):
     blaming a candidate whose leftovers crashed the worker afterwards)."""
 
     def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]: ...
-
-
-def failed_build(build: BuildResult) -> MeasureResult:
-    assert build.error is not None
-    return MeasureResult.failed(build.config, build.error, build.message, build.environment,
-                                compile_seconds=build.compile_seconds, extra={"stage": "build"})
 
 
 def check_close(actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None) -> None:
@@ -132,19 +126,10 @@ class IsolatedCallableRunner:
         self.runs = WorkerRuns(lambda: IsolatedWorker(timeout=timeout, memory_limit=limit))
 
     def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
-        for b in builds:
-            if not b.ok:
-                yield failed_build(b)
-                continue
-            start = time.perf_counter()
-
-            def call(worker: IsolatedWorker, kwargs: dict[str, Any] = dict(b.config)) -> Any:
-                return worker.call(_call_and_time, self.fn, kwargs, self.timer, self.reference)
-
-            measured = self.runs.measure(b.config, call)
-            yield measured_result(b, measured, time.perf_counter() - start)
-            yield from measured.amendments
-        yield from self.runs.finish()
+        def call_for(b: BuildResult) -> Callable[[IsolatedWorker], Any]:
+            kwargs = dict(b.config)
+            return lambda worker: worker.call(_call_and_time, self.fn, kwargs, self.timer, self.reference)
+        return self.runs.run_all(builds, call_for)
 
     def late_results(self) -> tuple[MeasureResult, ...]:
         """At the end of a run: amendments for a worker that died just after its last
