@@ -113,7 +113,6 @@ def torch_mask(case: Case, given: dict[str, Any]) -> Any:
 
 
 def sdpa(case: Case, given: dict[str, Any], backend: Any = None) -> Any:
-    import torch
     import torch.nn.functional as F
 
     mask = torch_mask(case, given)

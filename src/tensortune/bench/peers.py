@@ -34,12 +34,15 @@ import time
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..datasets import ReplayDataset
 from ..space import Config
+
+if TYPE_CHECKING:
+    from .replay import RunResult
 
 PREFIXES = ("kt:", "optuna:")
 OPTUNA_SAMPLERS = ("tpe",)

@@ -231,7 +231,7 @@ class AutotunedKernel(KernelInterface):
     def _decide_key(self, key: TuningKey, args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
                     called: tuple[tuple[Any, ...], dict[str, Any]]) -> Decision:
         cands = self._space_for(*called)
-        space, by_config, default = cands.space, cands.by_config, cands.default
+        space, default = cands.space, cands.default
         clash = sorted(set(kwargs) & set(space.names))
         if clash:
             raise ValueError(f"conflicting meta-parameters: {', '.join(clash)} are tuned and also passed "
