@@ -39,7 +39,6 @@ from ..measure import (BuildResult, CandidateError, ErrorKind, IsolatedWorker, M
                        failed_build, worker_state)
 from ..measure.attribution import LATE_SETTLE_SECONDS, WorkerRuns, measured_result
 from ..measure.errors import environment_cause
-from ..measure.worker import default_memory_limit
 from ..space import Config
 from ..te.build import default_tolerance, reference_outputs
 from ..te.dtype import TEError, numpy_dtype
@@ -238,8 +237,7 @@ class SketchRunner:
     memory_limit: int | None = None
 
     def __post_init__(self) -> None:
-        limit = default_memory_limit() if self.memory_limit is None else self.memory_limit or None
-        self.runs = WorkerRuns(lambda: IsolatedWorker(timeout=self.timeout, memory_limit=limit))
+        self.runs = WorkerRuns.isolated(self.timeout, self.memory_limit)
         self.best = math.inf
         self._checks = 0
         self._by_source: dict[str, MeasureResult] = {}

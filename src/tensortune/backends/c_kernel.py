@@ -22,8 +22,7 @@ import numpy as np
 
 from ..measure import (BuildResult, IsolatedWorker, MeasureResult, ProcessPoolBuilder,
                        Timer, check_close, worker_state)
-from ..measure.attribution import LATE_SETTLE_SECONDS, WorkerRuns
-from ..measure.worker import default_memory_limit
+from ..measure.runner import WorkerRunner
 from ..space import Config
 from ..te.dtype import is_float_array, numpy_dtype
 from .c_compiler import CCompiler, load_function
@@ -136,7 +135,7 @@ def run_c_candidate(library: str, problem: CProblem, timer: Timer, check_seed: i
     return timer.time(restored_call)
 
 
-class CRunner:
+class CRunner(WorkerRunner):
     """Runs candidates in an isolated worker: a crash, a hang or a memory bomb fails only
     that candidate, and a worker lost to what an earlier candidate left behind is blamed
     on that one (`measure.attribution`).
@@ -147,15 +146,10 @@ class CRunner:
 
     def __init__(self, problem: CProblem, timer: Timer | None = None, timeout: float = 60.0,
                  seed: int = 0, memory_limit: int | None = None) -> None:
+        super().__init__(timeout, memory_limit)
         self.problem = problem
         self.timer = timer or Timer()
-        limit = default_memory_limit() if memory_limit is None else memory_limit or None
-        self.runs = WorkerRuns(lambda: IsolatedWorker(timeout=timeout, memory_limit=limit))
         self._checks = seed
-
-    @property
-    def worker(self) -> IsolatedWorker:
-        return self.runs.worker
 
     def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
         def call_for(b: BuildResult) -> Callable[[IsolatedWorker], Any]:
@@ -163,11 +157,3 @@ class CRunner:
             library, seed = b.artifact, 1000 + self._checks  # a fresh check per candidate, the same on replay
             return lambda worker: worker.call(run_c_candidate, library, self.problem, self.timer, seed)
         return self.runs.run_all(builds, call_for)
-
-    def late_results(self) -> tuple[MeasureResult, ...]:
-        """At the end of a run: amendments for a worker that died just after its last
-        candidate returned (what that candidate left running)."""
-        return self.runs.finish(settle=LATE_SETTLE_SECONDS)
-
-    def close(self) -> None:
-        self.runs.close()

@@ -40,7 +40,7 @@ from typing import Any
 from ..space import Config
 from .errors import CandidateError, ErrorKind
 from .result import BuildResult, MeasureResult, failed_build
-from .worker import IsolatedWorker, WorkerLost
+from .worker import IsolatedWorker, WorkerLost, default_memory_limit
 
 REPLAYED_KINDS = (ErrorKind.CRASHED, ErrorKind.OUT_OF_RESOURCES)
 LATE_SETTLE_SECONDS = 0.2  # how long the end of a run watches the worker its last candidate left
@@ -92,6 +92,13 @@ class WorkerRuns:
         self.settle = settle
         self._recent: deque[_Ran] = deque(maxlen=suspects)
         self._pid: int | None = None
+
+    @classmethod
+    def isolated(cls, timeout: float, memory_limit: int | None = None) -> WorkerRuns:
+        """Runs in `IsolatedWorker`s stopped after `timeout` seconds a call; `memory_limit`
+        in bytes (None: half the machine's memory; 0: no limit)."""
+        limit = default_memory_limit() if memory_limit is None else memory_limit or None
+        return cls(lambda: IsolatedWorker(timeout=timeout, memory_limit=limit))
 
     def measure(self, config: Config, run: Callable[[IsolatedWorker], Any]) -> Measured:
         ran = _Ran(config, run)

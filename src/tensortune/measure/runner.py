@@ -20,7 +20,7 @@ from .attribution import LATE_SETTLE_SECONDS, WorkerRuns
 from .errors import CandidateError, WrongResult, environment_cause
 from .result import BuildResult, MeasureResult, failed_build
 from .timer import Timer
-from .worker import IsolatedWorker, classify_exception, default_memory_limit, worker_state
+from .worker import IsolatedWorker, classify_exception, worker_state
 
 
 class Runner(Protocol):
@@ -110,26 +110,17 @@ def _call_and_time(fn: Callable[..., Any], kwargs: dict[str, Any], timer: Timer,
     return timer.time(lambda: fn(**kwargs))
 
 
-class IsolatedCallableRunner:
-    """Times `fn(**config)` in a worker process (`tune(..., isolate=True)`): a crash, a
-    hang past `timeout` or memory past `memory_limit` fails only that candidate, and the
-    caller's process survives. `fn` and `reference` travel to the worker by reference, so
-    they must be defined at module level."""
+class WorkerRunner:
+    """What runners measuring in one reused isolated worker share (`measure.attribution`):
+    the worker's runs, the end-of-run look at it, closing it. Subclasses write `run`,
+    usually as `self.runs.run_all(builds, call_for)`."""
 
-    def __init__(self, fn: Callable[..., Any], timer: Timer | None = None,
-                 reference: Callable[[], Any] | None = None, timeout: float = 60.0,
-                 memory_limit: int | None = None) -> None:
-        self.fn = fn
-        self.timer = timer or Timer()
-        self.reference = reference
-        limit = default_memory_limit() if memory_limit is None else memory_limit or None
-        self.runs = WorkerRuns(lambda: IsolatedWorker(timeout=timeout, memory_limit=limit))
+    def __init__(self, timeout: float = 60.0, memory_limit: int | None = None) -> None:
+        self.runs = WorkerRuns.isolated(timeout, memory_limit)
 
-    def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
-        def call_for(b: BuildResult) -> Callable[[IsolatedWorker], Any]:
-            kwargs = dict(b.config)
-            return lambda worker: worker.call(_call_and_time, self.fn, kwargs, self.timer, self.reference)
-        return self.runs.run_all(builds, call_for)
+    @property
+    def worker(self) -> IsolatedWorker:
+        return self.runs.worker
 
     def late_results(self) -> tuple[MeasureResult, ...]:
         """At the end of a run: amendments for a worker that died just after its last
@@ -138,3 +129,24 @@ class IsolatedCallableRunner:
 
     def close(self) -> None:
         self.runs.close()
+
+
+class IsolatedCallableRunner(WorkerRunner):
+    """Times `fn(**config)` in a worker process (`tune(..., isolate=True)`): a crash, a
+    hang past `timeout` or memory past `memory_limit` fails only that candidate, and the
+    caller's process survives. `fn` and `reference` travel to the worker by reference, so
+    they must be defined at module level."""
+
+    def __init__(self, fn: Callable[..., Any], timer: Timer | None = None,
+                 reference: Callable[[], Any] | None = None, timeout: float = 60.0,
+                 memory_limit: int | None = None) -> None:
+        super().__init__(timeout, memory_limit)
+        self.fn = fn
+        self.timer = timer or Timer()
+        self.reference = reference
+
+    def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
+        def call_for(b: BuildResult) -> Callable[[IsolatedWorker], Any]:
+            kwargs = dict(b.config)
+            return lambda worker: worker.call(_call_and_time, self.fn, kwargs, self.timer, self.reference)
+        return self.runs.run_all(builds, call_for)
