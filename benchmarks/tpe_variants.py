@@ -1,7 +1,7 @@
 """The TPE options that are not defaults, replayed on every measured space at 100 seeds.
 
 - `--independent`: the `tpe` strategy with `multivariate=False` (per-parameter densities),
-  against which the multivariate default is compared in docs/benchmarks/strategies_sessions.md
+  against which the multivariate default is compared in docs/benchmarks/strategies_experiments.md
   ("TPE in our own hands"; the default form's figures: strategies_tpe_100seeds.json).
 - `--without-invalid`: `tpe` with `learn_invalid=False` (an invalid draw is redrawn, and
   nothing is learned from it), the form measured before learned invalid draws became the

@@ -6,7 +6,7 @@ How it chooses:
   the budget): `exhaustive`, since nothing can beat measuring everything;
 - a budget of `SCREENED_FROM` (100) measurements or more: `screened_tpe`, TPE screened by
   the cost model, which ties or leads `evolutionary` there on the replay benchmark and
-  raises its worst spaces (docs/benchmarks/strategies_sessions.md, "The default from 100
+  raises its worst spaces (docs/benchmarks/strategies_experiments.md, "The default from 100
   measurements up");
 - fewer measurements, or a time budget with no trial count: `evolutionary`, the
   cost-model-guided evolutionary search, best at 20 and 50 measurements.

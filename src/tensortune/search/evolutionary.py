@@ -29,7 +29,7 @@ from the best points as above.
 With `tpe_share` > 0, that share of every plan that is not stalled is drawn as the `tpe`
 strategy draws (near the fastest measurements, several parameters changed at once, scored
 by l / g) instead of from the model; off by default (replayed in
-docs/benchmarks/strategies_sessions.md, "TPE in our own hands": better at N=100, worse at
+docs/benchmarks/strategies_experiments.md, "TPE in our own hands": better at N=100, worse at
 20 and 200).
 Its draws are valid ones only: learning from invalid draws, which lifts `tpe` alone, did
 not help here (convolution_milo-A100 at N=100 on seeds 0..49: 0.807, below `auto`'s 0.837).

@@ -6,7 +6,7 @@ invalid ones learned as failures), except that of every set of candidates only t
 l / g. The model throws out what it is sure is slow; TPE's density ratio, not the
 model's rank, chooses among the rest, so a fast configuration whose neighbours are slow,
 which the model alone would rank low, is still found when it ranks in the better half
-(docs/benchmarks/strategies_sessions.md, "TPE screened by the cost model": convolution_milo-A100
+(docs/benchmarks/strategies_experiments.md, "TPE screened by the cost model": convolution_milo-A100
 at N=100 goes from 0.849 with `evolutionary` and 0.896 with `tpe` to 0.901).
 
 TPE's good set also keeps the fastest point of each combination of the two-valued
@@ -14,7 +14,7 @@ parameters (`corner_bests`) whose best ranks in the fastest `corner_quantile` of
 measurements (`ParzenProposer`'s `corners`), so one corner's plateau cannot crowd another
 corner's promising start out of l. With `corner_fade` (the default) that share shrinks
 with the budget left, to none at its end: corners are explored early and the incumbent's
-corner finished late (docs/benchmarks/strategies_sessions.md, "Corner bests that fade":
+corner finished late (docs/benchmarks/strategies_experiments.md, "Corner bests that fade":
 convolution_milo-A100 at N=100 goes from 0.894 to 0.906 over 600 seeds, and N=200 holds;
 kept all the way, corners cost 0.018 at N=200).
 

@@ -18,7 +18,7 @@ With `learn_repeats` (off by default) a best draw that was measured already is t
 its time joining the history once more, and the choice is made again: what Optuna's loop
 does when its sampler proposes a trial it has seen. The repeats pile up on the incumbent,
 so l narrows around it. That is Optuna's lead on the H100 CUDA convolution at N=100, and
-its loss on convolution_milo-A100 at N=200 (docs/benchmarks/strategies_sessions.md,
+its loss on convolution_milo-A100 at N=200 (docs/benchmarks/strategies_experiments.md,
 "Repeats told again").
 
 With `corners` (a list of two-valued parameters, the space's switches), the good set
@@ -27,7 +27,7 @@ best is among the fastest `corner_quantile` of the measurements. The plain split
 corner's plateau of nearly equal points fill the good set, after which l proposes only
 there; a corner whose start was a little slower, though its best is the space's best,
 is then left after a few draws. Keeping each corner's best in l keeps proposing near it
-(docs/benchmarks/strategies_sessions.md, "Corner bests in TPE's good set"). With `corner_fade` the
+(docs/benchmarks/strategies_experiments.md, "Corner bests in TPE's good set"). With `corner_fade` the
 quantile is scaled by the share of the budget still to spend, so the corners' pull is
 gone by the budget's end ("Corner bests that fade").
 
@@ -36,7 +36,7 @@ product over parameters centred on its point, so a draw is a good point with a f
 parameters changed at once; with `multivariate=False` each parameter has its own density
 and draws mix the good points' choices freely. Changing several parameters at once, scored
 by a density ratio rather than a model's rank, is what leaves a trap that one-parameter
-moves cannot (docs/benchmarks/strategies_sessions.md, "TPE in our own hands": the independent form
+moves cannot (docs/benchmarks/strategies_experiments.md, "TPE in our own hands": the independent form
 does worse there).
 
 Example:
