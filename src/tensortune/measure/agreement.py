@@ -36,14 +36,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .tolerance import tolerance_for
+
 OUTPUT, INPLACE, INPUT = "output", "inplace", "input"
 IGNORED = "ignored"  # restored before every run, never compared (a reference that names what it checks)
 
-# relative tolerance, as a fraction of the largest expected magnitude (at least 1), by dtype
-TOLERANCES: dict[str, float] = {
-    "float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-3, "float64": 1e-7,
-    "float8_e4m3fn": 1.25e-1, "float8_e5m2": 2.5e-1, "float8_e4m3fnuz": 1.25e-1, "float8_e5m2fnuz": 2.5e-1,
-}
 POOL = 3  # candidates compared with each other before a reference is elected
 POOL_LIMIT = 5  # ... or up to this many when no two of the first agree
 
@@ -55,7 +52,7 @@ def tolerance_of(t: Any, override: "float | Mapping[str, float] | None" = None) 
             return float(override[name])
     elif override is not None:
         return float(override)
-    return TOLERANCES.get(name, 0.0)
+    return tolerance_for(name)
 
 
 def poisonable(t: Any) -> bool:

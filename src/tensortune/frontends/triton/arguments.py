@@ -24,12 +24,6 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# relative tolerance, as a fraction of the largest expected magnitude, by dtype name
-TOLERANCES: dict[str, float] = {
-    "float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-3, "float64": 1e-7,
-    "float8_e4m3fn": 1.25e-1, "float8_e5m2": 2.5e-1, "float8_e4m3fnuz": 1.25e-1, "float8_e5m2fnuz": 2.5e-1,
-}
-
 
 def is_tensor(x: Any) -> bool:
     """A torch tensor (not a wrapper or descriptor around one)."""
@@ -64,10 +58,6 @@ def rebuilt(x: Any, tensor: Any) -> Any:
     if is_descriptor(x):
         return dataclasses.replace(x, base=tensor)
     return x
-
-
-def _dtype_name(t: Any) -> str:
-    return str(t.dtype).removeprefix("torch.")
 
 
 @dataclass
@@ -145,11 +135,3 @@ def _copied(args: Sequence[Any], kwargs: Mapping[str, Any], fill: Callable[[Any,
     return ArgSet(tuple(copy(a) for a in args), {k: copy(v) for k, v in kwargs.items()})
 
 
-def tolerance_for(tensor: Any, override: "float | Mapping[str, float] | None" = None) -> float:
-    name = _dtype_name(tensor)
-    if isinstance(override, Mapping):
-        if name in override:
-            return float(override[name])
-    elif override is not None:
-        return float(override)
-    return TOLERANCES.get(name, 0.0)

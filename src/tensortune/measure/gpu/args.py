@@ -23,24 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..tolerance import tolerance_for
+
 _ITEMSIZE = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
 }
 _INITS = ("randn", "rand", "randint", "zeros", "ones", "empty", "arange")
-_TOLERANCE = {"float64": 1e-7, "float32": 1e-3, "float16": 1e-2, "bfloat16": 2e-2,
-              "float8_e4m3fn": 1.25e-1, "float8_e5m2": 2.5e-1}
-
-
-def tolerance_for(dtype: str) -> float:
-    """Relative tolerance that fits a dtype (0 for integers: they must match exactly).
-
-    float32 allows 1e-3 so that TF32 matrix products (Triton's default for a float32
-    `tl.dot`) pass; float16 1e-2; bfloat16 2e-2; float8 1e-1 and more.
-    """
-    return _TOLERANCE.get(str(dtype).replace("torch.", ""), 0.0)
-
-
 @dataclass(frozen=True)
 class TensorArg:
     """How to make one tensor argument in the worker, and its role in the kernel."""
