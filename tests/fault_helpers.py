@@ -116,7 +116,8 @@ def busy_gpu_once(flag: str, n: int) -> int:
 
 
 # ---- a launch for GpuRunner (the runner of @autotune), run on the CPU -------------------------
-def _into_sockets(data: bytes) -> None:
+def into_worker_sockets(data: bytes) -> None:
+    """Write `data` into every socket of this process: inside a worker, its result channel."""
     import stat
 
     for fd in range(3, 256):
@@ -131,9 +132,9 @@ def gpu_launch(config, x, out) -> None:
     """`out = 2 * x`, unless `config["fault"]` injects a fault into the worker."""
     fault = config.get("fault", "none")
     if fault == "garbage":
-        _into_sockets(b"not a reply at all")
+        into_worker_sockets(b"not a reply at all")
     elif fault == "partial_header":
-        _into_sockets(b"TTr1\0\0")
+        into_worker_sockets(b"TTr1\0\0")
         time.sleep(3600)
     elif fault == "fork":
         state = __import__("tensortune.measure", fromlist=["worker_state"]).worker_state()

@@ -20,8 +20,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fault_helpers import (MARK, MODES, busy_gpu_once, fault_problem, kill_marked, left_behind,
-                           sometimes_faulty, sometimes_faulty_reference)
+from fault_helpers import (MARK, MODES, busy_gpu_once, fault_problem, into_worker_sockets, kill_marked,
+                           left_behind, sometimes_faulty, sometimes_faulty_reference)
 
 import tensortune as tt
 from tensortune.backends import CBuilder, CCompiler, CRunner
@@ -119,18 +119,12 @@ def test_a_crash_in_a_reused_worker_is_blamed_on_the_candidate_only_when_it_cras
 
 # ---- the worker's result channel ----------------------------------------------------------------
 def _write_into_the_channel(data: bytes, then_sleep: float = 0.0, after_reply: bool = False) -> int:
-    import stat
     import threading
 
     def write() -> None:
         if after_reply:
             time.sleep(0.3)
-        for fd in range(3, 256):
-            try:
-                if stat.S_ISSOCK(os.fstat(fd).st_mode):
-                    os.write(fd, data)
-            except OSError:
-                pass
+        into_worker_sockets(data)
 
     if after_reply:
         threading.Thread(target=write, daemon=True).start()
