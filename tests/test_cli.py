@@ -1,4 +1,5 @@
 import json
+import re
 
 from click.testing import CliRunner
 
@@ -176,3 +177,54 @@ def test_demo_refuses_bad_options_before_touching_the_database(tmp_path):
         out = runner.invoke(cli, ["demo", "--db", str(path), *args])
         assert out.exit_code == 2 and words in out.output, out.output
     assert not path.exists()
+
+
+MODEL_FILE = """
+import torch
+
+def make():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+
+def not_a_model():
+    return "a string"
+"""
+
+
+def test_model_tune_compiles_checks_and_exports_the_records(tmp_path):
+    """The CLI's whole path on a real (tiny) model: import the factory, make inputs from
+    --input, tune every kernel, check against eager, export the records."""
+    pytest = __import__("pytest")
+    pytest.importorskip("torch")
+    (tmp_path / "tiny_cli_model.py").write_text(MODEL_FILE)
+    exported = tmp_path / "records.jsonl"
+    out = CliRunner().invoke(cli, ["--db", str(tmp_path / "m.db"), "model", "tune",
+                                   f"{tmp_path / 'tiny_cli_model.py'}:make", "--input", "4x8", "--target", "cpu",
+                                   "--budget", "4", "--export", str(exported), "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output[out.output.index("{"):])
+    assert report["exported"] >= 1 and exported.exists()
+    graph = report["graphs"][0]
+    assert graph["tasks"] and not graph["fallbacks"]
+    checked = re.findall(r"(\S+): ([0-9.e+-]+) \(tolerance ([0-9.e+-]+)\)", graph["check"])
+    assert checked and all(float(err) <= float(tol) for _, err, tol in checked), graph["check"]
+
+
+def test_model_tune_names_a_bad_factory_or_input(tmp_path):
+    pytest = __import__("pytest")
+    pytest.importorskip("torch")
+    (tmp_path / "tiny_cli_bad.py").write_text(MODEL_FILE)
+    runner = CliRunner()
+    cases = [
+        (["os:path", "--input", "2x3"], "'os:path' is a module, not a function that returns a model"),
+        ([f"{tmp_path / 'tiny_cli_bad.py'}:not_a_model", "--input", "2x3"], "returned a str, not a torch.nn.Module"),
+        ([f"{tmp_path / 'tiny_cli_bad.py'}:make"], "describe its inputs with --input"),
+        ([f"{tmp_path / 'tiny_cli_bad.py'}:make", "--input", "2xq"], "the shape must be numbers joined by x"),
+        ([f"{tmp_path / 'tiny_cli_bad.py'}:make", "--input", "2x8:int64:9-3"], "the range is empty"),
+        ([f"{tmp_path / 'tiny_cli_bad.py'}:make", "--input", "2x8:float77"], "unknown dtype 'float77'"),
+        (["no_such_module_anywhere:make", "--input", "2x8"], "No module named 'no_such_module_anywhere'"),
+    ]
+    for args, message in cases:
+        out = runner.invoke(cli, ["--db", str(tmp_path / "m.db"), "model", "tune", *args, "--target", "cpu"])
+        assert out.exit_code != 0 and message in out.output, (args, out.output)
+        assert "Traceback" not in out.output

@@ -128,6 +128,16 @@ def test_unknown_options_are_named():
         tensortune.compile(model, [torch.randn(2, 8)], budgett=3)
 
 
+def test_a_bad_model_or_bad_example_inputs_are_named():
+    model = torch.nn.Linear(8, 8).eval()
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module or a function, not int"):
+        tensortune.compile(5, [torch.randn(2, 8)])
+    with pytest.raises(TypeError, match=r"example_inputs must be a tuple or list .* not Tensor \(one tensor x: pass"):
+        tensortune.compile(model, torch.randn(2, 8))
+    with pytest.raises(TypeError, match="example_inputs must be a tuple or list .* not str"):
+        tensortune.compile(model, "x")
+
+
 def test_ops_outside_coverage_run_as_aten_and_the_report_says_so(tmp_path):
     class Cumulative(torch.nn.Module):
         def forward(self, x):

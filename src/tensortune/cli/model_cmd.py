@@ -84,12 +84,18 @@ def model_tune(ctx: click.Context, factory: str, inputs: tuple[str, ...], target
 
     device = target or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        made = load_object(factory)()
+        specs = [parse_input(text) for text in inputs]
+        make = load_object(factory)
+        if not callable(make):
+            raise TypeError(f"FACTORY {factory!r} is a {type(make).__name__}, not a function that returns a model")
+        made = make()
         model, examples = (made[0], list(made[1])) if isinstance(made, (tuple, list)) else (made, None)
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"FACTORY {factory!r} returned a {type(model).__name__}, not a torch.nn.Module")
         if examples is None:
-            if not inputs:
+            if not specs:
                 raise ValueError("FACTORY returned a model alone: describe its inputs with --input")
-            examples = [make_input(parse_input(text), device) for text in inputs]
+            examples = [make_input(spec, device) for spec in specs]
         model = model.to(device).eval()
         examples = [x.to(device) if isinstance(x, torch.Tensor) else x for x in examples]
     except (ValueError, ImportError, AttributeError, FileNotFoundError, TypeError) as exc:

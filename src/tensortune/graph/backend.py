@@ -127,6 +127,11 @@ def compile(model: Any, example_inputs: Sequence[Any], *, target: str | None = N
     `cuda_graphs`, `seed`, `jobs`).
     """
     import torch
+    if not callable(model):
+        raise TypeError(f"model must be a torch.nn.Module or a function, not {type(model).__name__}")
+    if isinstance(example_inputs, (str, bytes, torch.Tensor)) or not isinstance(example_inputs, Sequence):
+        raise TypeError("example_inputs must be a tuple or list of the model's positional arguments, "
+                        f"not {type(example_inputs).__name__} (one tensor x: pass (x,))")
     opts = CompileOptions.of(dict(options, target=target, budget=budget, db=db))
     graphs: list[CompiledGraph] = []
     compiled = torch.compile(_entry(), backend=make_backend(opts, graphs), dynamic=False)
