@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .ir import Graph, Node, OutputRef, ValueInfo
+from .ir import Graph, Node, OutputRef, ValueInfo, itemsize
 from .lowering import rule_for
 from .lowering.context import LoweringContext, Unsupported, Val
 
-FOLD_LIMIT = 1 << 22  # elements: a constant subgraph with a larger result is computed at run time
+FOLD_LIMIT = 16 << 20  # bytes: a constant subgraph with a larger result is computed at run time
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ class Lowerer:
         if hasattr(target, "tags") and torch.Tag.nondeterministic_seeded in target.tags:
             return False
         info = info_of(node.meta.get("val"))
-        return info is None or info.numel <= FOLD_LIMIT
+        return info is None or info.numel * itemsize(info.dtype) <= FOLD_LIMIT
 
     def _fold(self, node: Any) -> Any:
         import torch
