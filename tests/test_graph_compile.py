@@ -93,6 +93,35 @@ def test_compiling_again_builds_from_the_records_without_measuring(tmp_path):
     assert relative_error(again(x), model(x)) < 1e-5
 
 
+class _Broken(torch.nn.Module):
+    """Two graphs (a graph break between them) sharing one kernel, each with one of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.shared, self.last = (torch.nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, x):
+        x = torch.relu(self.shared(torch.tanh(self.first(x))))
+        torch._dynamo.graph_break()
+        return torch.sigmoid(self.last(torch.relu(self.shared(x))))
+
+
+def test_a_model_of_several_graphs_is_tuned_under_one_budget(tmp_path):
+    torch.manual_seed(0)
+    model = _Broken().eval()
+    fast = tensortune.compile(model, [torch.randn(4, 16)], budget=6, db=str(tmp_path / "r.db"), progress=False)
+    assert len(fast.reports) == 2
+    trials = {t.key: t.trials for r in fast.reports for t in r.tasks}
+    shared = set.intersection(*({t.key for t in r.tasks} for r in fast.reports))
+    assert shared and len(trials) > len(shared)  # a kernel in both graphs, and kernels of their own
+    assert sum(trials.values()) <= 6  # the budget is the model's, not each graph's
+    assert fast.joint_tuning_seconds > 0 and fast.tuning_seconds >= fast.joint_tuning_seconds
+    assert all(t.source == "tuned" for r in fast.reports for t in r.tasks)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        assert relative_error(fast(x), model(x)) < 1e-5
+
+
 def test_the_torch_compile_backend_is_found_by_name(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
     compiled = torch.compile(model, backend="tensortune",

@@ -118,17 +118,50 @@ def lower_graph(captured: Captured, force_fallback: frozenset[str] = frozenset()
     return sink_views(lowerer.run().pruned())
 
 
-def _build(captured: Captured, options: CompileOptions, target: Any, db: Any,
-           reference_tasks: set[str]) -> _Build:
+def _kernels(captured: Captured, options: CompileOptions, target: Any) -> tuple[Graph, Partition, list[Any],
+                                                                               list[Any]]:
     graph = lower_graph(captured, options.force_fallback)
     partition = default_partition(graph, target.legal, multi_anchor=target.multi_anchor)
     specs = partition.kernels(graph)
     legal = [s for s in specs if target.legal(graph, frozenset(s.nodes))]
-    illegal = [s for s in specs if s not in legal]
+    return graph, partition, legal, [s for s in specs if s not in legal]
+
+
+def _tune(tasks: Sequence[GraphTask], options: CompileOptions, target: Any, db: Any) -> TuneOutcome:
+    return tune_tasks(tasks, target, db=db, budget=options.budget, seed=options.seed, retune=options.retune,
+                      progress=_progress(options.progress), policy=options.policy,
+                      trials_per_round=options.trials_per_round)
+
+
+def tune_graphs(captures: Sequence[Captured], options: CompileOptions) -> TuneOutcome:
+    """Tune the kernels of several graphs of one model under one budget: a kernel that
+    occurs in several graphs is one task, weighted by all its occurrences, and the task
+    scheduler spends `options.budget` where the whole model gains most. `compile_graph`
+    then builds each graph from the outcome (`tuned=`)."""
+    target = make_target(options.target or captures[0].device_type,
+                         **({"jobs": options.jobs} if options.jobs else {}))
+    try:
+        tasks: dict[str, GraphTask] = {}
+        for captured in captures:
+            graph, _, legal, _ = _kernels(captured, options, target)
+            for task in collect_tasks(graph, legal):
+                if task.key in tasks:
+                    tasks[task.key].occurrences.extend(task.occurrences)
+                else:
+                    tasks[task.key] = task
+        return _tune(list(tasks.values()), options, target, _open_db(options.db))
+    finally:
+        target.close()
+
+
+def _build(captured: Captured, options: CompileOptions, target: Any, db: Any,
+           reference_tasks: set[str], tuned: TuneOutcome | None = None) -> _Build:
+    graph, partition, legal, illegal = _kernels(captured, options, target)
     tasks = collect_tasks(graph, legal)
-    outcome = tune_tasks(tasks, target, db=db, budget=options.budget, seed=options.seed, retune=options.retune,
-                         progress=_progress(options.progress), policy=options.policy,
-                         trials_per_round=options.trials_per_round)
+    if tuned is None:
+        outcome = _tune(tasks, options, target, db)
+    else:  # tuned with the model's other graphs; what that did not cover (a changed graph) is tuned here
+        outcome = tuned.joined(_tune([t for t in tasks if not tuned.covers(t.key)], options, target, db))
     steps: list[KernelStep] = []
     kernels: list[KernelGraph] = []
     by_root: dict[int, GraphTask] = {}
@@ -153,8 +186,9 @@ def _build(captured: Captured, options: CompileOptions, target: Any, db: Any,
     return _Build(graph, partition, tasks, kernels, outcome, plan, by_root)
 
 
-def compile_graph(captured: Captured, options: CompileOptions) -> CompiledGraph:
-    """Compile one captured graph (see the module docstring)."""
+def compile_graph(captured: Captured, options: CompileOptions, tuned: TuneOutcome | None = None) -> CompiledGraph:
+    """Compile one captured graph (see the module docstring); `tuned`: the outcome of
+    `tune_graphs` over this graph and the model's others."""
     start = time.perf_counter()
     target = make_target(options.target or captured.device_type, **({"jobs": options.jobs} if options.jobs else {}))
     if (target.name == "cuda") != (captured.device_type == "cuda") and target.device != captured.device_type:
@@ -165,7 +199,7 @@ def compile_graph(captured: Captured, options: CompileOptions) -> CompiledGraph:
     opts = options
     try:
         for _attempt in range(8):
-            b = _build(captured, opts, target, db, reference_tasks)
+            b = _build(captured, opts, target, db, reference_tasks, tuned)
             result = _check(b, captured) if opts.check else CheckResult(())
             if result.ok:
                 break
