@@ -152,6 +152,10 @@ def test_causal_offset_declines_what_is_not_one_causal_bound():
     assert causal_offset(tril.int(), 5, 7) is None
 
 
+def test_rms_norm_lowers_whole_its_in_place_epsilon_included():
+    assert_lowers(lambda a, w: F.rms_norm(a, (5,), w), x, torch.randn(5))
+
+
 def test_empty_inputs_to_cat_are_skipped():
     assert_lowers(lambda a, b: torch.cat([b, a], 1), torch.randn(2, 3), torch.randn(2, 0))
 

@@ -48,6 +48,14 @@ class TuneOutcome:
                            {**self.trials, **other.trials}, other.seconds)
 
 
+def best_time(built: Any) -> float:
+    """A built kernel's measured seconds (nan when it has none)."""
+    t = getattr(built, "time", None)
+    if t is None:
+        t = getattr(getattr(built, "tuning", None), "best_time", None)
+    return float("nan") if t is None else float(t)
+
+
 def split_budget(budget: int | None, tasks: int) -> int:
     """The trials for `tasks` tasks: the budget, at least one trial each (default 32 each)."""
     if budget is None:
