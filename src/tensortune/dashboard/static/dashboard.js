@@ -95,7 +95,7 @@
   }
 
   // ---- charts ------------------------------------------------------------------------
-  const W = 520, H = 280, M = { left: 68, right: 14, top: 12, bottom: 44 };
+  const W = 530, H = 280, M = { left: 80, right: 14, top: 12, bottom: 44 };
 
   function axes(root, xs, ys, xTicks, yTicks, xFmt, yFmt, xLabel, yLabel) {
     const x0 = M.left, x1 = W - M.right, y0 = H - M.bottom, y1 = M.top;
@@ -113,8 +113,8 @@
     g.append(svg("line", { x1: x0, x2: x1, y1: y0, y2: y0, class: "axis" }),
       svg("line", { x1: x0, x2: x0, y1: y0, y2: y1, class: "axis" }),
       svg("text", { x: (x0 + x1) / 2, y: H - 6, "text-anchor": "middle", class: "label" }, xLabel),
-      svg("text", { x: 14, y: (y0 + y1) / 2, "text-anchor": "middle", class: "label",
-        transform: `rotate(-90 14 ${(y0 + y1) / 2})` }, yLabel));
+      svg("text", { x: 12, y: (y0 + y1) / 2, "text-anchor": "middle", class: "label",
+        transform: `rotate(-90 12 ${(y0 + y1) / 2})` }, yLabel));
     root.append(g);
   }
 
@@ -248,12 +248,17 @@
       el("p", { class: "muted" }, `${t.records} records, ${t.successes} succeeded. `,
         Object.entries(t.versions).map(([k, v]) => `${k}: ${v}`).join(" · ")),
       el("div", { class: "grid" },
-        el("figure", {}, el("figcaption", {}, "Best time against trials"), curveChart(t.sessions, "trial", "trial", "curve-trials")),
-        el("figure", {}, el("figcaption", {}, "Best time against seconds"), curveChart(t.sessions, "seconds", "seconds since the run started", "curve-seconds")),
+        el("figure", {}, el("figcaption", {}, "Best time against trials", el("span", { class: "muted" }, " (faint: each trial's own time)")), curveChart(t.sessions, "trial", "trial", "curve-trials")),
+        el("figure", {}, el("figcaption", {}, "Best time against seconds", el("span", { class: "muted" }, " (one colour per run)")), curveChart(t.sessions, "seconds", "seconds since the run started", "curve-seconds")),
         el("figure", {}, el("figcaption", {}, "Measured times"), histogram(t.times)),
         el("figure", {}, el("figcaption", {}, "Failures by kind"), failuresTable(t.failures))),
       legend(t.sessions),
       el("h4", {}, "Best configurations"), bestTable(t.best));
+  }
+  function slower(ratio) {
+    if (!ratio) return "–";
+    if (ratio === 1) return "fastest";
+    return ratio < 1.1 ? `${(100 * (ratio - 1)).toFixed(1)}% slower` : `${ratio.toFixed(2)}× slower`;
   }
   function comparison(cmp) {
     const rows = cmp.targets;
@@ -263,7 +268,7 @@
     const table = el("table", { class: "compare", "data-testid": "comparison" }, head,
       rows.map((r) => el("tr", { "data-target-id": r.target },
         el("td", {}, r.label), el("td", { class: "num" }, fmtTime(r.best_seconds)),
-        el("td", { class: "num" }, r.slowdown ? (r.slowdown === 1 ? "fastest" : r.slowdown.toFixed(2) + "× its time") : "–"),
+        el("td", { class: "num" }, slower(r.slowdown)),
         el("td", { class: "meter-cell" }, barRow(r.best_seconds ? r.best_seconds / slowest : 0, "#2563eb")),
         r.times.map((t) => el("td", { class: "num" }, t === null ? "not measured" : fmtTime(t))))));
     const keys = el("ul", { class: "legend" }, cmp.configs.map((c, i) => el("li", {},
