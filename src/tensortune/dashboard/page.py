@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -20,7 +20,7 @@ _CONTROLS = ('<label><input type="checkbox" id="live"> live (every 3 s)</label>\
              '<button id="refresh">Refresh</button>')
 
 
-@lru_cache(maxsize=None)
+@cache
 def _static(name: str) -> str:
     return resources.files(__package__).joinpath("static", name).read_text(encoding="utf-8")
 

@@ -64,13 +64,13 @@ class _Handler(BaseHTTPRequestHandler):
     server: DashboardServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # a local tool: requests are not worth a line each on the terminal
 
-    def do_HEAD(self) -> None:  # noqa: N802 - http.server's naming
+    def do_HEAD(self) -> None:
         self._route(head=True)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._route(head=False)
 
     def _refuse(self) -> None:
@@ -79,7 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
                    "application/json", extra={"Allow": "GET, HEAD", "Connection": "close"})
         self.close_connection = True  # its body, if any, was not read
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse  # noqa: N815
+    do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
 
     def _route(self, head: bool) -> None:
         url = urllib.parse.urlsplit(self.path)
