@@ -219,3 +219,20 @@ def test_failures_count_every_failed_record(db):
         for f in t["failures"]:
             counted[f["kind"]] += f["count"]
     assert counted == Counter(r.error.value for r in db.records(W) if r.error)
+
+
+def test_the_workloads_list_follows_new_records(api, db):
+    _, before = _json(api("/api/workloads"))
+    db.add(W, CPU_B, _ok(0.5e-3, b=7), session="s5")
+    db.add(OTHER, CPU_B, _ok(1e-3, k=2), session="s6")
+    _, after = _json(api("/api/workloads"))
+    counts = {w["name"]: sorted((t["label"][-8:], t["records"]) for t in w["targets"]) for w in after["workloads"]}
+    assert counts == {"mm": [("c gcc 12", 8), ("clang 16", 3)], "conv": [("c gcc 12", 1), ("clang 16", 1)]}
+    assert [w["records"] for w in after["workloads"]] == [w["records"] + 1 for w in before["workloads"]]
+
+
+def test_the_database_may_be_named_before_the_command(tmp_path, db):
+    out = tmp_path / "r.html"
+    result = CliRunner().invoke(cli, ["--db", str(db.path), "report", "conv", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "conv@" in result.output and out.exists()

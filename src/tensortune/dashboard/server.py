@@ -31,7 +31,7 @@ from typing import Any
 
 from ..db import DamagedRecords, Database, DatabaseError
 from .page import page_html
-from .views import BadRequest, NotFound, check_top, workload_view, workloads_view
+from .views import BadRequest, NotFound, Summaries, check_top, workload_view, workloads_view
 
 
 class DashboardServer(ThreadingHTTPServer):
@@ -43,6 +43,7 @@ class DashboardServer(ThreadingHTTPServer):
         super().__init__(address, _Handler)
         self.db = db
         self.label = label
+        self.summaries: Summaries = {}  # workloads_view's cache
 
 
 class _DashboardServer6(DashboardServer):
@@ -110,7 +111,7 @@ class _Handler(BaseHTTPRequestHandler):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DamagedRecords)  # reported in the answer instead
             if parts == ["workloads"]:
-                answer: dict[str, Any] = {"workloads": workloads_view(db)}
+                answer: dict[str, Any] = {"workloads": workloads_view(db, self.server.summaries)}
             elif len(parts) == 2 and parts[0] == "workloads":
                 top = check_top(query.get("top", [None])[-1])
                 answer = workload_view(db, parts[1], top)

@@ -99,25 +99,35 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def workloads_view(db: Database) -> list[dict[str, Any]]:
-    """Every workload with its records, best time and the targets it was measured on."""
-    per: dict[Workload, dict[Target, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    best: dict[tuple[Workload, Target], float] = {}
-    for rec in db.all_records():
-        counts = per[rec.workload][rec.target]
+def _targets_of(db: Database, w: Workload) -> list[dict[str, Any]]:
+    """The targets a workload was measured on, with their records, successes and best time."""
+    per: dict[Target, list[Any]] = defaultdict(lambda: [0, 0, math.inf])
+    for rec in db.records(w):
+        counts = per[rec.target]
         counts[0] += 1
         if rec.ok:
             counts[1] += 1
-            key = (rec.workload, rec.target)
-            best[key] = min(best.get(key, math.inf), rec.time)
+            counts[2] = min(counts[2], rec.time)
+    labels = _target_labels(list(per))
+    return [{**_target_head(t, labels[t]), "records": n, "successes": ok, "best_seconds": _finite(best)}
+            for t, (n, ok, best) in per.items()]
+
+
+Summaries = dict[Workload, tuple[tuple[int, Any], list[dict[str, Any]]]]
+
+
+def workloads_view(db: Database, cache: Summaries | None = None) -> list[dict[str, Any]]:
+    """Every workload with its records, best time and the targets it was measured on.
+
+    `cache` (a dict kept between calls) keeps each workload's targets while its number of
+    records and best time stay the same, so that a page reloaded while one workload is
+    tuned reads only that workload's records again."""
+    cache = {} if cache is None else cache
     out = []
     for w, n, fastest in db.workloads():
-        targets = list(per[w])
-        labels = _target_labels(targets)
-        out.append({**_workload_head(w), "records": n, "best_seconds": fastest,
-                    "targets": [{**_target_head(t, labels[t]), "records": per[w][t][0],
-                                 "successes": per[w][t][1], "best_seconds": _finite(best.get((w, t), math.inf))}
-                                for t in targets]})
+        if cache.get(w, ((None, None), None))[0] != (n, fastest):
+            cache[w] = ((n, fastest), _targets_of(db, w))
+        out.append({**_workload_head(w), "records": n, "best_seconds": fastest, "targets": cache[w][1]})
     return out
 
 

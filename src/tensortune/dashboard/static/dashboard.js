@@ -206,6 +206,7 @@
     const button = el("button", { class: "copy", "data-testid": "copy", "data-copy": text, title: "copy these settings" }, "copy");
     button.addEventListener("click", async () => {
       const ok = await copyText(text);
+      button.dataset.copied = ok ? "yes" : "no";  // stays: what the last click did
       button.textContent = ok ? "copied" : "select and copy";
       button.classList.toggle("done", ok);
       setTimeout(() => { button.textContent = "copy"; button.classList.remove("done"); }, 1500);
