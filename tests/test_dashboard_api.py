@@ -3,10 +3,16 @@
 are in test_dashboard_browser.py.)"""
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -236,3 +242,22 @@ def test_the_database_may_be_named_before_the_command(tmp_path, db):
     result = CliRunner().invoke(cli, ["--db", str(db.path), "report", "conv", "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "conv@" in result.output and out.exists()
+
+
+def test_the_dashboard_process_serves_until_ctrl_c(db):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-m", "tensortune.cli.main", "dashboard", "--db", str(db.path),
+                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = process.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
+        with urllib.request.urlopen(url + "api/workloads", timeout=30) as response:
+            assert {w["name"] for w in json.load(response)["workloads"]} == {"mm", "conv"}
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert f"{db.path} at http://127.0.0.1:" in line
+    assert process.returncode == 0 and err.strip() == "stopped"
