@@ -17,13 +17,14 @@ from dashboard_tuning import WORKLOAD, fill
 
 from tensortune.dashboard import workload_id, workloads_view
 from tensortune.db import Database, Target, Workload
-from tensortune.measure import MeasureResult
+from tensortune.measure import ErrorKind, MeasureResult
 from tensortune.space import Config
 
 pytestmark = pytest.mark.slow  # tunes for real (some 20 s on 2 cores) and starts a browser
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
+NOTHING_WORKED = Workload.make("nothing_worked")
 HOSTILE = '<img src=x onerror="window.pwned=1"></script><script>window.pwned=1</script>'
 
 
@@ -44,6 +45,7 @@ def tuned(tmp_path_factory):
     targets = fill(folder / "records.db", folder / "cc-cache")
     with Database(folder / "records.db") as db:
         db.add(Workload.make(HOSTILE), targets[0], MeasureResult(Config(a=1), (1e-3,)))
+        db.add(NOTHING_WORKED, targets[0], MeasureResult.failed(Config(a=1), ErrorKind.TIMEOUT, "took too long"))
     return folder / "records.db", targets
 
 
@@ -147,7 +149,7 @@ def test_the_dashboard_lists_workloads_and_draws_each_run_from_the_records(tuned
     _ready(page)
     rows = page.locator("[data-testid=workload-row]")
     with Database(tuned[0]) as db:
-        assert rows.count() == len(db.workloads()) == 2
+        assert rows.count() == len(db.workloads()) == 3
     row = page.locator(f"[data-workload-id='{workload_id(WORKLOAD)}']")
     assert row.locator("[data-testid=workload-link]").inner_text() == "axpy"
     with Database(tuned[0]) as db:
@@ -206,6 +208,15 @@ def test_the_comparison_shows_each_target_and_its_best_on_the_others(tuned, dash
         assert [("not measured" if c == "not measured" else "s") for c in cells[2:]] == measured
     copies = table.locator("[data-testid=copy]")
     assert copies.count() == len(winners)
+
+
+def test_a_workload_without_a_success_says_so(dashboard_url, page):
+    page.goto(f"{dashboard_url}#/w/{workload_id(NOTHING_WORKED)}")
+    _ready(page)
+    section = page.locator("[data-testid=target]")
+    assert section.locator("[data-testid=curve-trials]").text_content() == "no successful trial"
+    assert section.locator("tr[data-kind=timeout]").inner_text().split("\t")[:2] == ["timeout", "1"]
+    assert "No successful configuration." in section.inner_text() and page.errors == []
 
 
 def test_a_bad_workload_address_shows_the_servers_error(dashboard_url, page):
