@@ -232,7 +232,7 @@ def main() -> None:
     parser.add_argument("--max-autotune", action="store_true", help="also torch.compile(mode='max-autotune')")
     parser.add_argument("--retune", action="store_true", help="tune again where the database has records (the search "
                         "resumes from them: the budget is spent on top)")
-    parser.add_argument("--prologues", choices=["fuse", "materialize", "measure"], default="fuse",
+    parser.add_argument("--prologues", choices=["fuse", "materialize", "measure"], default="measure",
                         help="tensortune's cut around work that several matmuls read (see docs/models.md)")
     parser.add_argument("--db", default=os.path.join("bench-out", "models.db"))
     parser.add_argument("--rounds", type=int, default=7)

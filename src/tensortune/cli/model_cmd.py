@@ -67,9 +67,9 @@ def make_input(spec: tuple[tuple[int, ...], str, tuple[int, int]], device: str) 
 @click.option("--budget", type=click.IntRange(min=1), default=None,
               help="Trials for the whole model (default: 32 for each kernel to tune).")
 @click.option("--retune", is_flag=True, help="Search again even where records exist.")
-@click.option("--prologues", type=click.Choice(["fuse", "materialize", "measure"]), default="fuse",
+@click.option("--prologues", type=click.Choice(["fuse", "materialize", "measure"]), default="measure",
               help="Work several matmuls read (a norm's scaling): in their loads, written once, or whichever "
-                   "measures faster.")
+                   "measures faster (default).")
 @click.option("--export", "export_path", type=click.Path(dir_okay=False),
               help="Write the records of every kernel of the model to this JSON-lines file.")
 @db_option

@@ -55,7 +55,7 @@ class CompileOptions:
     `prologues`: cheap work that several contractions read (a norm's scaling) is
     recomputed in their loads ("fuse"), written once by a kernel of its own
     ("materialize"), or both cuts are tuned and the one whose kernels' measured times
-    add up to less is kept ("measure")."""
+    add up to less is kept ("measure", the default)."""
 
     target: str | None = None
     budget: int | float | None = None
@@ -69,7 +69,7 @@ class CompileOptions:
     policy: str = "gradient"
     trials_per_round: int = 8
     force_fallback: frozenset[str] = field(default_factory=frozenset)
-    prologues: str = "fuse"
+    prologues: str = "measure"
 
     def __post_init__(self) -> None:
         if self.prologues not in PROLOGUES:
