@@ -17,10 +17,12 @@ from .generate import generate, load
 from .kernel import CudaKernel, Tuning
 from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, PatternError, RowsPlan, analyze
 from .patterns_attention import AttentionPlan
+from .patterns_conv import GroupedConvPlan
 from .sketches import Sketch, sketch
 from .source import CodegenError, GenOptions, KernelSource
 from .tune import SeededStrategy, autoschedule_cuda
 
 __all__ = ["AttentionPlan", "CodegenError", "ContractionPlan", "CudaKernel", "ElementwisePlan", "GenOptions", "GpuPlan",
+           "GroupedConvPlan",
            "KernelSource", "PatternError", "RowsPlan", "SeededStrategy", "Sketch", "Tuning", "analyze",
            "autoschedule_cuda", "generate", "load", "sketch"]

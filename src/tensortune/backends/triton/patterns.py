@@ -230,6 +230,11 @@ def analyze(outputs: Tensor | Sequence[Tensor]) -> GpuPlan:
     if contraction is not None:
         return contraction
     from .patterns_attention import match_attention
+    from .patterns_conv import match_grouped_conv
+
+    grouped = match_grouped_conv(out, out_axes, value, inputs)
+    if grouped is not None:
+        return grouped
 
     attention = match_attention(out, out_axes, value, inputs)
     if attention is not None:

@@ -34,6 +34,7 @@ from typing import Any
 from ...space import Categorical, Config, Ordinal, PowerOfTwo, Space
 from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, RowsPlan
 from .patterns_attention import AttentionPlan
+from .patterns_conv import GroupedConvPlan
 from .source import GenOptions
 
 H100_SMS = 132
@@ -63,6 +64,8 @@ def sketch(plan: GpuPlan, options: GenOptions | None = None, sms: int = H100_SMS
         return _contraction(plan, options, sms)
     if isinstance(plan, AttentionPlan):
         return _attention(plan, options, sms)
+    if isinstance(plan, GroupedConvPlan):
+        return _grouped_conv(plan)
     if isinstance(plan, RowsPlan):
         return _rows(plan)
     if isinstance(plan, ElementwisePlan):
@@ -205,6 +208,33 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
         _add(space, seeds, {"BLOCK_M": bm, "BLOCK_N": bn, "SPLIT_KV": split, "MASK_SPLIT": True, "REVERSE_M": reverse,
                             "TMA": with_tma, "num_warps": w, "num_stages": st})
     return Sketch(plan, space, tuple(seeds[:10]))
+
+
+def _grouped_conv(plan: GroupedConvPlan) -> Sketch:
+    """Channels-last outputs want wide channel blocks (loads along channels), channels-first
+    ones long pixel blocks (loads along image rows); both are in the space, seeded apart."""
+    pixels, channels, group, _ = plan.sizes
+    top_p = min(2048, max(16, _pow2_at_least(pixels)))
+    top_c = min(256, _pow2_at_least(channels))
+    params = [
+        PowerOfTwo("BLOCK_P", min(8, top_p), top_p),
+        PowerOfTwo("BLOCK_C", 1, top_c),
+        Ordinal("num_warps", [1, 2, 4, 8]),
+        Ordinal("num_stages", [1, 2, 3] if group > 1 else [1]),
+    ]
+    constraints = ["BLOCK_P * BLOCK_C <= num_warps * 32 * 32", "BLOCK_P * BLOCK_C >= num_warps * 32"]
+    space = Space(params, constraints=constraints)
+    if plan.channels_last:
+        tiles = ((32, 64, 4), (16, 128, 4), (64, 64, 8), (64, 32, 4), (128, 32, 8), (16, 64, 2), (8, 128, 4),
+                 (32, 128, 8))
+    else:
+        tiles = ((512, 2, 4), (1024, 1, 4), (256, 4, 4), (1024, 2, 8), (512, 4, 8), (256, 1, 2), (128, 8, 4),
+                 (2048, 1, 8))
+    seeds: list[Config] = []
+    for bp, bc, warps in tiles:
+        _add(space, seeds, {"BLOCK_P": min(bp, top_p), "BLOCK_C": min(bc, top_c), "num_warps": warps,
+                            "num_stages": 1})
+    return Sketch(plan, space, tuple(seeds[:8]))
 
 
 def _rows(plan: RowsPlan) -> Sketch:
