@@ -87,6 +87,7 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     split = [1]
     if tiles_128 < sms and k >= 1024:
         split = [1, 2, 4, 8, 16]
+    tails = [1, 2, 3, 4, 6, 8] if nb == 1 and tiles_128 >= sms // 2 and k >= 1024 else [1]
     params = [
         PowerOfTwo("BLOCK_M", 16, top_m),
         PowerOfTwo("BLOCK_N", 16, top_n),
@@ -100,6 +101,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         Ordinal("num_warps", [2, 4, 8]),
         Ordinal("num_stages", [2, 3, 4, 5]),
     ]
+    if tails != [1]:
+        params.append(Ordinal("TAIL_SPLIT", tails))
     relayouts = [True, False] if relayout_targets(plan) else [False]
     if relayouts != [False]:  # a parameter only where it can change something
         params.append(Categorical("RELAYOUT", relayouts))
@@ -114,6 +117,9 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         "EPILOGUE_SPLIT == 1 or (BLOCK_N >= 32 and SPLIT_K == 1)",
         f"SPLIT_K * BLOCK_K <= {max(16, k)}",
     ]
+    if tails != [1]:
+        constraints += ["TAIL_SPLIT == 1 or (SPLIT_K == 1 and not PERSISTENT and not TMA_STORE)",
+                        f"TAIL_SPLIT * BLOCK_K <= {k}"]
     space = Space(params, constraints=constraints)
     tiles = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3),
              (256, 128, 64, 8, 3),
@@ -131,13 +137,35 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
                "EPILOGUE_SPLIT": 2 if store else 1, "num_warps": w, "num_stages": s}
         if "RELAYOUT" in space.names:
             cfg["RELAYOUT"] = relayout
+        if "TAIL_SPLIT" in space.names:
+            cfg["TAIL_SPLIT"] = 1
         if split != [1]:
             want = max(1, min(16, sms // max(1, nb * -(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]))))
             cfg["SPLIT_K"] = max(v for v in split if v <= want)
             cfg["PERSISTENT"] = False if cfg["SPLIT_K"] > 1 else persistent
             cfg["EPILOGUE_SPLIT"] = 1 if cfg["SPLIT_K"] > 1 else cfg["EPILOGUE_SPLIT"]
         _add(space, seeds, cfg)
+    if tails != [1]:  # the first tiles again with the last wave split, where it is mostly idle
+        tail_seeds: list[Config] = []
+        for cfg in seeds[:6]:
+            want = _tail_split(cfg, m, n, k_inner, item, sms, tails)
+            if want > 1:
+                _add(space, tail_seeds, {**cfg, "TAIL_SPLIT": want, "PERSISTENT": False, "TMA_STORE": False,
+                                         "EPILOGUE_SPLIT": 1})
+        seeds = seeds[:2] + tail_seeds[:3] + seeds[2:]
     return Sketch(plan, space, tuple(seeds[:10]))
+
+
+def _tail_split(cfg: Config, m: int, n: int, k_inner: int, item: int, sms: int, tails: list[int]) -> int:
+    """The TAIL_SPLIT that fills the last wave of a tiling (1 when that wave is mostly busy)."""
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    smem = (bm * bk + bk * bn) * item * cfg["num_stages"]
+    slots = sms * max(1, min(2, SHARED_BYTES // max(1, smem)))
+    tiles = -(-m // bm) * -(-n // bn)
+    last = tiles % slots
+    if last == 0 or last > slots // 2:
+        return 1
+    return max(t for t in tails if t <= max(1, slots // last) and t * bk <= k_inner)
 
 
 def _tma_store_ok(plan: ContractionPlan, options: GenOptions) -> bool:
