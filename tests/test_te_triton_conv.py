@@ -93,12 +93,35 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,make,config", CASES, ids=[c[0] for c in CASES])
+DOT_CASES = [  # 16 channels per group and more: one implicit-GEMM contraction per group (the batch axis)
+    ("dot-groups-bias-relu", lambda: grouped_conv_nchw(1, 32, 6, 6, 32, 2, bias_relu=True),
+     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
+    ("dot-groups-relayout", lambda: grouped_conv_nchw(2, 32, 5, 5, 64, 2, stride=2),
+     {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "RELAYOUT": True}),
+    ("dot-groups-splitk", lambda: grouped_conv_nchw(1, 48, 4, 4, 48, 3),
+     {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_K": 3}),
+]
+
+
+@pytest.mark.parametrize("name,make,config", CASES + DOT_CASES, ids=[c[0] for c in CASES + DOT_CASES])
 def test_grouped_conv_kernel_matches_numpy_interpreter(name, make, config, interpreter, tmp_path):
     out = make()
-    assert analyze(out).kind == "grouped_conv"
+    assert analyze(out).kind == ("contraction" if name.startswith("dot-") else "grouped_conv")
     err = interpreter.call(relative_error, out, config, directory=str(tmp_path))
     assert err < 1e-2, f"{name}: relative error {err:.3g}"
+
+
+def test_a_grouped_conv_missing_a_window_position_is_caught(interpreter, tmp_path):
+    import dataclasses
+
+    from tensortune.backends.triton import GenOptions
+    from tensortune.backends.triton.check import source_error
+
+    out = grouped_conv_nchw(1, 8, 6, 6, 8, 2)
+    src = generate(analyze(out), {"BLOCK_P": 16, "BLOCK_C": 4}, GenOptions(interpret=True))
+    broken = dataclasses.replace(src, text=src.text.replace("tl.static_range(9)", "tl.static_range(8)"))
+    assert broken.text != src.text
+    assert interpreter.call(source_error, out, broken, directory=str(tmp_path)) > 0.05
 
 
 def test_sketch_seeds_every_grouped_conv_in_the_space_and_run(interpreter, tmp_path):
@@ -115,6 +138,12 @@ def test_grouped_conv_is_recognised_on_the_right_graphs_only():
     assert dw.kind == "grouped_conv" and dw.sizes == (2 * 6 * 6, 8, 1, 9) and not dw.channels_last
     grouped = analyze(grouped_conv_nchw(1, 8, 6, 6, 16, 4))
     assert grouped.sizes == (36, 16, 2, 9) and [a.extent for a in grouped.group] == [2]
+    # 16 input and 32 output channels per group: a contraction batched over the 2 groups
+    dot = analyze(grouped_conv_nchw(2, 32, 6, 6, 64, 2))
+    assert dot.kind == "contraction" and dot.sizes == (2, 32, 2 * 36, 16 * 9)
+    assert [a.extent for a in dot.window] == [3, 3] and [a.extent for a in dot.k] == [16]
+    # 16 input but 8 output channels per group (a channel multiplier below 16): the FMA kernel
+    assert analyze(grouped_conv_nchw(1, 32, 6, 6, 16, 2)).kind == "grouped_conv"
     assert analyze(depthwise_nhwc(1, 4, 4, 16)).channels_last
     # a dense convolution, a matmul, a matrix-vector product and a softmax keep their patterns
     assert analyze(workloads.conv2d_nchw(1, 4, 6, 6, 8, 3, 3, 1, 1).output).kind == "contraction"

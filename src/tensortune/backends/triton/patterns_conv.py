@@ -23,12 +23,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ...te.expr import Compare, Expr, IterVar, TensorRead, Var
+from ...te.expr import Binary, Compare, Const, Expr, IterVar, TensorRead, Var
 from ...te.tensor import Tensor
 from ...te.visit import itervars, map_expr, reads, substitute, walk
-from .patterns import ACC, Axis, GpuPlan, _axes, _factors, inline, reductions_read
+from .patterns import ACC, Axis, ContractionPlan, GpuPlan, _axes, _factors, inline, reductions_read
 
 MAX_WINDOW = 121  # window positions unrolled in the kernel (up to 11 x 11)
+DOT_GROUP = 16  # channels per group (in and out) from which a group is a tl.dot contraction
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,10 @@ class GroupedConvPlan(GpuPlan):
 
 
 def match_grouped_conv(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
-                       inputs: tuple[Tensor, ...]) -> GroupedConvPlan | None:
-    """The plan when the graph is a windowed sum whose weight factor misses the pixel axes."""
+                       inputs: tuple[Tensor, ...]) -> GroupedConvPlan | ContractionPlan | None:
+    """The plan when the graph is a windowed sum whose weight factor misses the pixel axes: a
+    `GroupedConvPlan`, or a batched `ContractionPlan` (one batch entry per group) when each
+    group has at least `DOT_GROUP` input and output channels."""
     outer = inline(value)
     found = reductions_read(outer)
     if len(found) != 1:
@@ -128,8 +131,50 @@ def match_grouped_conv(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
                         lambda x: ACC if isinstance(x, TensorRead) and x.tensor is red else None)
     if itervars(data_k) or itervars(weight_k) or itervars(epilogue):
         return None
-    return GroupedConvPlan(out, inputs, pixels, channels, window, group, data_k, weight_k, epilogue,
+    plan = GroupedConvPlan(out, inputs, pixels, channels, window, group, data_k, weight_k, epilogue,
                            tuple(out_vars), red)
+    return group_contraction(plan) or plan
+
+
+def group_contraction(plan: GroupedConvPlan) -> ContractionPlan | None:
+    """A grouped convolution as one small implicit-GEMM contraction per group, when its data
+    reads the group `c // fg` of a single channel axis and every group has at least
+    `DOT_GROUP` input and output channels: the group is the batch, the group's filters M,
+    the pixels N, the group's input channels K (the window stepped as scalars)."""
+    if len(plan.channels) != 1 or len(plan.group) != 1 or plan.group[0].extent < DOT_GROUP:
+        return None
+    c, extent = plan.channels[0].var, plan.channels[0].extent
+    divisors = {x.b.value for x in walk(plan.data)
+                if isinstance(x, Binary) and x.op == "floordiv" and x.a == c and isinstance(x.b, Const)}
+    if len(divisors) != 1:
+        return None
+    fg = int(divisors.pop())
+    if fg < DOT_GROUP or extent % fg:
+        return None
+    batch = (Axis(Var("b0"), extent // fg),)
+    m = (Axis(Var("m0"), fg),)
+    n = tuple(Axis(Var(f"n{i}"), a.extent) for i, a in enumerate(plan.pixels))
+    k = (Axis(Var("k0"), plan.group[0].extent),)
+    window = tuple(Axis(Var(f"k{i + 1}"), a.extent) for i, a in enumerate(plan.window))
+    channel = Binary("add", Binary("mul", batch[0].var, Const(fg, c.dtype)), m[0].var)
+    mapping: dict[Expr, Expr] = {c: channel, plan.group[0].var: k[0].var}
+    mapping.update({a.var: b.var for a, b in zip(plan.pixels, n)})
+    mapping.update({a.var: b.var for a, b in zip(plan.window, window)})
+
+    def rename(e: Expr) -> Expr:
+        e = map_expr(e, lambda x: batch[0].var if isinstance(x, Binary) and x.op == "floordiv" and x.a == c
+                     and isinstance(x.b, Const) and x.b.value == fg else None)
+        return substitute(e, mapping)
+    data, weight = rename(plan.data), rename(plan.weight)
+    if m[0].var in _vars(data) or _vars(weight) & {a.var for a in n}:
+        return None  # the data reads a filter, or the weights a pixel: not one contraction per group
+    out_index = tuple(mapping.get(v, v) for v in plan.out_index)
+    return ContractionPlan(plan.output, plan.inputs, batch, m, n, k, weight, data, rename(plan.epilogue),
+                           out_index, plan.reduction, window)  # type: ignore[arg-type]
+
+
+def _vars(e: Expr) -> set[Var]:
+    return {x for x in walk(e) if isinstance(x, Var)}
 
 
 def _sliding(data: Expr, reduce_axes: set[IterVar], pixel_axes: set[IterVar]) -> set[IterVar]:
