@@ -14,7 +14,7 @@ per SM looping over tiles), TMA (operand tiles loaded by Hopper's tensor memory
 accelerator through device-side tensor descriptors, when both factors are plain
 row-major reads; TMA_STORE also stores the output tile through one), EPILOGUE_SPLIT (the
 epilogue applied to two column halves of the accumulator, fewer live registers),
-num_warps and num_stages.
+TAIL_SPLIT (the last wave's tiles split along K, `wave.py`), num_warps and num_stages.
 
 Example:
     >>> from tensortune.te import workloads

@@ -13,7 +13,11 @@ kernel its BLOCK. Attention chooses BLOCK_M queries and BLOCK_N keys per step, w
 pipeline stages, SPLIT_KV (keys shared among programs when the queries alone cannot
 fill the GPU, as in a decode step), TMA (tiles loaded through tensor descriptors) and,
 when causal, MASK_SPLIT (blocks below the diagonal looped without the mask) and
-REVERSE_M (the longest query blocks first).
+REVERSE_M (the longest query blocks first). A contraction whose last wave of tiles would
+leave most multiprocessors idle may split that wave's tiles along K (TAIL_SPLIT, seeded
+with the split that fills it). A depthwise or grouped convolution chooses BLOCK_P
+pixels and BLOCK_C channels per program, seeded apart for channels-first and
+channels-last outputs.
 `seeds` are rules-of-thumb points
 measured first, so the search starts from sensible kernels (as Ansor's sketch rules
 start from sensible structures).
