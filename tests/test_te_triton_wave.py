@@ -1,7 +1,8 @@
 """Wave-aware matmul tiles (TAIL_SPLIT): the last wave's tiles split along K, run under TRITON_INTERPRET=1.
 
 In the interpreter the GPU holds 4 programs at once, so a 6-tile product runs 4 tiles
-whole and splits the last 2; a 3-tile product splits them all. The partial tiles are
+whole and splits the last 2; a 3-tile product splits them all. Persistent kernels (4
+programs) take the whole tiles and then the shares in turn. The partial tiles are
 added by whichever program arrives last, and the counters it resets must serve the
 next launch of the same module.
 """
@@ -37,6 +38,10 @@ CASES = [
     ("epilogue-halves", lambda: workloads.matmul_bias_relu(48, 64, 64, "float16").output,
      {**TILE, "BLOCK_N": 32, "TAIL_SPLIT": 2, "EPILOGUE_SPLIT": 2}),
     ("tma", lambda: workloads.matmul(48, 32, 64, "float16").output, {**TILE, "TAIL_SPLIT": 4, "TMA": True}),
+    ("persistent", lambda: workloads.matmul_bias_relu(80, 16, 64, "float16").output,
+     {**TILE, "TAIL_SPLIT": 3, "PERSISTENT": True}),
+    ("persistent-tma-grouped", lambda: workloads.matmul(48, 48, 64, "float16").output,
+     {**TILE, "TAIL_SPLIT": 2, "PERSISTENT": True, "TMA": True, "GROUP_M": 2}),
     ("bf16", lambda: workloads.matmul(48, 32, 64, "bfloat16").output, {**TILE, "TAIL_SPLIT": 2}),
     ("fp32", lambda: workloads.matmul(48, 32, 64, "float32").output, {**TILE, "TAIL_SPLIT": 2}),
 ]
@@ -97,7 +102,7 @@ def test_tail_split_is_searched_where_the_last_wave_idles():
     assert any(c["TAIL_SPLIT"] > 1 for c in sample)
     for c in sample:  # every point of the space is one the generator accepts
         if c["TAIL_SPLIT"] > 1:
-            assert c["SPLIT_K"] == 1 and not c["PERSISTENT"] and not c["TMA_STORE"]
+            assert c["SPLIT_K"] == 1 and not c["TMA_STORE"]
             assert c["TAIL_SPLIT"] * c["BLOCK_K"] <= 3072
     # no waves to balance: a batched product, a short K, or too few tiles
     for w in (workloads.batch_matmul(4, 1024, 1024, 1024, "float16"), workloads.matmul(3072, 3072, 256, "float16"),
@@ -107,7 +112,7 @@ def test_tail_split_is_searched_where_the_last_wave_idles():
 
 def test_tail_split_rejects_what_it_cannot_combine():
     plan = analyze(workloads.matmul(64, 64, 64, "float16").output)
-    for bad in ({"SPLIT_K": 2}, {"PERSISTENT": True}, {"TMA": True, "TMA_STORE": True}):
+    for bad in ({"SPLIT_K": 2}, {"TMA": True, "TMA_STORE": True}):
         with pytest.raises(CodegenError, match="TAIL_SPLIT"):
             generate(plan, {**TILE, "TAIL_SPLIT": 2, **bad})
     with pytest.raises(CodegenError, match="exceeds the 4 steps"):

@@ -112,8 +112,8 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
         raise CodegenError("SPLIT_K > 1 is not combined with PERSISTENT")
     if not isinstance(c["TAIL_SPLIT"], int) or c["TAIL_SPLIT"] < 1:
         raise CodegenError(f"TAIL_SPLIT={c['TAIL_SPLIT']!r} must be a positive integer")
-    if c["TAIL_SPLIT"] > 1 and (c["SPLIT_K"] > 1 or c["PERSISTENT"] or c["TMA_STORE"]):
-        raise CodegenError("TAIL_SPLIT > 1 is not combined with SPLIT_K, PERSISTENT or TMA_STORE")
+    if c["TAIL_SPLIT"] > 1 and (c["SPLIT_K"] > 1 or c["TMA_STORE"]):
+        raise CodegenError("TAIL_SPLIT > 1 is not combined with SPLIT_K or TMA_STORE")
     return c
 
 
@@ -266,11 +266,15 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
     params = ", ".join([a.pointer for a in args] + rl_params + (["p_ws"] if split > 1 else [])
                        + (["p_tws", "p_tcnt", "dp_tiles"] if tail > 1 else []))
     body: list[str] = list(descriptors)
-    if c["PERSISTENT"]:
+    if c["PERSISTENT"] and tail > 1:
+        body += [f"for pid0 in tl.range(tl.program_id(0), dp_tiles + ({tiles} - dp_tiles) * {tail}, "
+                 "tl.num_programs(0)):",
+                 *indent(["pid_b = 0", *tail_prologue(tail, iters), *tile], 1)]
+    elif c["PERSISTENT"]:
         body += [f"for tile in tl.range(tl.program_id(0), {tiles * nb}, tl.num_programs(0), flatten=True):",
                  *indent([f"pid_b = tile // {tiles}", f"pid = tile % {tiles}", *tile], 1)]
     elif tail > 1:
-        body += tail_prologue(tail, iters) + tile
+        body += ["pid0 = tl.program_id(0)", "pid_b = tl.program_id(1)", *tail_prologue(tail, iters), *tile]
     else:
         body += ["pid = tl.program_id(0)", "pid_b = tl.program_id(1)"]
         if split > 1:
@@ -293,18 +297,23 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
                    f"tt_relayout{i}[{grid}]({src}, rl{i}, num_warps=4, num_stages=1)"]
         pre += [f"rl{i} = {src}"]  # precompile gets dtypes: the copy has its source's
         warm_rl.append(f"tt_relayout{i}.warmup({src}, {src}, grid=(1,), num_warps=4, num_stages=1)")
-    if c["PERSISTENT"]:
+    if c["PERSISTENT"] and tail == 1:
         launch += [f"grid = (min({tiles * nb}, _num_sms({out_arg.pointer})),)"]
     elif tail == 1:
         launch += [f"grid = ({tiles}, {nb}, {split})"]
     if tail > 1:
         compiled = f"lambda: tt_contraction.warmup({call_args}, torch.float32, torch.int32, 0, grid=(1,), {opts})"
-        launch += [f"slots = _wave_slots({out_arg.pointer}, {compiled}, {c['num_warps']})",
-                   f"dp_tiles = {tiles} - {tiles} % slots",
+        work = f"dp_tiles + ({tiles} - dp_tiles) * {tail}"
+        if c["PERSISTENT"]:
+            launch += [f"slots = _num_sms({out_arg.pointer})"]
+        else:
+            launch += [f"slots = _wave_slots({out_arg.pointer}, {compiled}, {c['num_warps']})"]
+        launch += [f"dp_tiles = {tiles} - {tiles} % slots",
                    f"tws = torch.empty(max(1, {tiles} - dp_tiles) * {tail * bm * bn}, dtype=torch.float32, "
                    f"device={out_arg.pointer}.device)",
-                   f"tt_contraction[(dp_tiles + ({tiles} - dp_tiles) * {tail}, 1, 1)]({call_args}, tws, "
-                   f"_tail_counters({out_arg.pointer}, {tiles}), dp_tiles, {opts})"]
+                   f"grid = ({f'min({work}, slots)' if c['PERSISTENT'] else work}, 1, 1)",
+                   f"tt_contraction[grid]({call_args}, tws, _tail_counters({out_arg.pointer}, {tiles}), dp_tiles, "
+                   f"{opts})"]
         pre += [f"return [tt_contraction.warmup({call_args}, torch.float32, torch.int32, 0, grid=(1,), {opts})"
                 + "".join(f", {w}" for w in warm_rl) + "]"]
     elif split > 1:

@@ -122,7 +122,7 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         f"SPLIT_K * BLOCK_K <= {max(16, k)}",
     ]
     if tails != [1]:
-        constraints += ["TAIL_SPLIT == 1 or (SPLIT_K == 1 and not PERSISTENT and not TMA_STORE)",
+        constraints += ["TAIL_SPLIT == 1 or (SPLIT_K == 1 and not TMA_STORE)",
                         f"TAIL_SPLIT * BLOCK_K <= {k}"]
     space = Space(params, constraints=constraints)
     tiles = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3),
@@ -151,12 +151,11 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         _add(space, seeds, cfg)
     if tails != [1]:  # the first tiles again with the last wave split, where it is mostly idle
         tail_seeds: list[Config] = []
-        for cfg in seeds[:6]:
+        for cfg in seeds[:8]:
             want = _tail_split(cfg, m, n, k_inner, item, sms, tails)
             if want > 1:
-                _add(space, tail_seeds, {**cfg, "TAIL_SPLIT": want, "PERSISTENT": False, "TMA_STORE": False,
-                                         "EPILOGUE_SPLIT": 1})
-        seeds = seeds[:2] + tail_seeds[:3] + seeds[2:]
+                _add(space, tail_seeds, {**cfg, "TAIL_SPLIT": want, "TMA_STORE": False, "EPILOGUE_SPLIT": 1})
+        seeds = seeds[:2] + tail_seeds[:4] + seeds[2:]
     return Sketch(plan, space, tuple(seeds[:10]))
 
 
@@ -164,7 +163,7 @@ def _tail_split(cfg: Config, m: int, n: int, k_inner: int, item: int, sms: int, 
     """The TAIL_SPLIT that fills the last wave of a tiling (1 when that wave is mostly busy)."""
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     smem = (bm * bk + bk * bn) * item * cfg["num_stages"]
-    slots = sms * max(1, min(2, SHARED_BYTES // max(1, smem)))
+    slots = sms if cfg["PERSISTENT"] else sms * max(1, min(2, SHARED_BYTES // max(1, smem)))
     tiles = -(-m // bm) * -(-n // bn)
     last = tiles % slots
     if last == 0 or last > slots // 2:

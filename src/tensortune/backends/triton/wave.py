@@ -14,7 +14,9 @@ epilogue. Nothing waits on another program, so no schedule can deadlock.
 `S` is found at launch: the compiled kernel's shared memory and registers give the
 programs per multiprocessor (one when that cannot be read), times the multiprocessor
 count. The counters live with the module, one set per device, so two launches of the
-same module must not overlap on different streams.
+same module must not overlap on different streams. With PERSISTENT, S is the
+multiprocessor count (one program each), and the programs take the whole tiles and then
+the shares in turn.
 
 Example:
     >>> print(fixup_lines(2, 16, 16, "p_tws", "p_tcnt")[6])
@@ -27,11 +29,10 @@ from .source import cdiv
 
 
 def tail_prologue(split: int, iters: int) -> list[str]:
-    """Lines mapping the program to its tile (`pid`) and K range (`k_lo`, `k_hi`)."""
+    """Lines mapping work item `pid0` (a program, or a persistent program's turn) to its
+    tile (`pid`) and K range (`k_lo`, `k_hi`)."""
     chunk = cdiv(iters, split)
-    return ["pid0 = tl.program_id(0)",
-            "pid_b = tl.program_id(1)",
-            "in_tail = pid0 >= dp_tiles",
+    return ["in_tail = pid0 >= dp_tiles",
             "pid_t = tl.maximum(pid0 - dp_tiles, 0)",
             f"pid_k = pid_t % {split}",
             f"pid = tl.where(in_tail, dp_tiles + pid_t // {split}, pid0)",
