@@ -160,13 +160,15 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
 
 
 def _tail_split(cfg: Config, m: int, n: int, k_inner: int, item: int, sms: int, tails: list[int]) -> int:
-    """The TAIL_SPLIT that fills the last wave of a tiling (1 when that wave is mostly busy)."""
+    """The TAIL_SPLIT that fills the last wave of a tiling (1 when that wave is mostly busy, or
+    its idle slots are under 5% of the whole kernel's)."""
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
     smem = (bm * bk + bk * bn) * item * cfg["num_stages"]
     slots = sms if cfg["PERSISTENT"] else sms * max(1, min(2, SHARED_BYTES // max(1, smem)))
     tiles = -(-m // bm) * -(-n // bn)
     last = tiles % slots
-    if last == 0 or last > slots // 2:
+    idle = (slots - last) / slots / -(-tiles // slots)  # the share of the kernel's slot time left idle
+    if last == 0 or last > slots // 2 or idle < 0.05:
         return 1
     return max(t for t in tails if t <= max(1, slots // last) and t * bk <= k_inner)
 
