@@ -256,8 +256,11 @@ def _factors(e: Expr) -> tuple[Expr, Expr] | None:
     return None
 
 
-def _contraction(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
-                 inputs: tuple[Tensor, ...]) -> ContractionPlan | None:
+def sum_of_products(out: Tensor, out_axes: tuple[IterVar, ...],
+                    value: Expr) -> tuple[Expr, Tensor, Expr, Expr] | None:
+    """`value` inlined, the one sum of a product it reads (at the output's own index and
+    nowhere else), and the product's two factors; None when the graph is not such a sum
+    (a contraction or a convolution, before their own checks)."""
     outer = inline(value)
     found = reductions_read(outer)
     if len(found) != 1:
@@ -267,7 +270,6 @@ def _contraction(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
     assert isinstance(body, Reduce)
     if body.combiner != "sum" or red.shape != out.shape:
         return None
-    # the epilogue must read the reduction at the output's own index, and nothing else of it
     own = TensorRead(red, tuple(out_axes))
     if any(r.tensor is red and r != own for r in reads(outer)):
         return None
@@ -277,7 +279,15 @@ def _contraction(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
     split = _factors(source)
     if split is None:
         return None
-    fa, fb = split
+    return outer, red, split[0], split[1]
+
+
+def _contraction(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
+                 inputs: tuple[Tensor, ...]) -> ContractionPlan | None:
+    found = sum_of_products(out, out_axes, value)
+    if found is None:
+        return None
+    outer, red, fa, fb = found
     spatial, reduce_axes = red.op.axes, red.op.reduce_axes
     if _contiguous_in(fa, reduce_axes) is False and _contiguous_in(fb, reduce_axes) is True:
         fa, fb = fb, fa  # tl.dot wants A[m, k] along k and B[k, n] along n, as NCHW convolution data is

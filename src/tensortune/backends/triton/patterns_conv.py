@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ...te.expr import Binary, Compare, Const, Expr, IterVar, TensorRead, Var
 from ...te.tensor import Tensor
 from ...te.visit import itervars, map_expr, reads, substitute, walk
-from .patterns import ACC, Axis, ContractionPlan, GpuPlan, _axes, _factors, inline, reductions_read
+from .patterns import ACC, Axis, ContractionPlan, GpuPlan, _axes, sum_of_products
 
 MAX_WINDOW = 121  # window positions unrolled in the kernel (up to 11 x 11)
 DOT_GROUP = 16  # channels per group (in and out) from which a group is a tl.dot contraction
@@ -78,25 +78,11 @@ def match_grouped_conv(out: Tensor, out_axes: tuple[IterVar, ...], value: Expr,
     """The plan when the graph is a windowed sum whose weight factor misses the pixel axes: a
     `GroupedConvPlan`, or a batched `ContractionPlan` (one batch entry per group) when each
     group has at least `DOT_GROUP` input and output channels."""
-    outer = inline(value)
-    found = reductions_read(outer)
-    if len(found) != 1:
+    found = sum_of_products(out, out_axes, value)
+    if found is None:
         return None
-    red = found[0]
-    body = red.op.body
-    if body.combiner != "sum" or red.shape != out.shape:
-        return None
-    own = TensorRead(red, tuple(out_axes))
-    if any(r.tensor is red and r != own for r in reads(outer)):
-        return None
-    source = inline(body.source)
-    if reductions_read(source):
-        return None
-    split = _factors(source)
-    if split is None:
-        return None
+    outer, red, fa, fb = found
     spatial, reduce_axes = tuple(red.op.axes), tuple(red.op.reduce_axes)
-    fa, fb = split
     sa, sb = itervars(fa) & set(spatial), itervars(fb) & set(spatial)
     if sb < sa:
         data, weight = fa, fb
