@@ -6,6 +6,7 @@ import click
 
 from ..db import DatabaseError
 from .bench_cmd import bench_group
+from .common import DB_HELP
 from .db_cmd import db_group
 from .demo_cmd import demo
 from .model_cmd import model_group
@@ -24,8 +25,7 @@ class _Commands(click.Group):
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
-              help="Records database (default: $TENSORTUNE_DB or ~/.cache/tensortune/tuning.db).")
+@click.option("--db", "db_path", metavar="PATH|URL", default=None, help=DB_HELP)
 @click.version_option(package_name="tensortune")
 @click.pass_context
 def cli(ctx: click.Context, db_path: str | None) -> None:
