@@ -9,6 +9,7 @@ from .bench_cmd import bench_group
 from .common import DB_HELP
 from .db_cmd import db_group
 from .demo_cmd import demo
+from .fleet_cmd import queue_group, worker
 from .model_cmd import model_group
 from .triton_cmd import triton_group
 
@@ -40,6 +41,8 @@ cli.add_command(db_group)
 cli.add_command(triton_group)
 cli.add_command(bench_group)
 cli.add_command(model_group)
+cli.add_command(queue_group)
+cli.add_command(worker)
 
 
 def main() -> None:

@@ -120,11 +120,15 @@ class Database:
             return DatabaseError(f"cannot write to database {self.where}{where}: {first_line(exc)}")
         return DatabaseError(f"database {self.where}: {first_line(exc)}")
 
-    def _query(self, stmt: Any) -> list[Any]:
+    def query(self, stmt: Any) -> list[Any]:
+        """The rows of one SQLAlchemy Core statement (for the store's other tables' modules)."""
         return self._run(lambda c: c.execute(stmt).all())
 
-    def _write(self, stmt: Any) -> int:
+    def write(self, stmt: Any) -> int:
+        """Run one writing statement, committed now; the number of rows it touched."""
         return self._run(lambda c: c.execute(stmt).rowcount, writes=True)
+
+    _query, _write = query, write
 
     def insert_ignoring_duplicates(self, table: Any) -> Any:
         """An INSERT that skips a row whose unique key is already there."""
@@ -156,6 +160,18 @@ class Database:
                 rows = self._query(find)
             self._ids[key] = rows[0][0]
         return self._ids[key]
+
+    def ids(self, workload: Workload, target: Target) -> tuple[int, int]:
+        """The row ids of a workload and a target, made if new."""
+        return self._id(workload, True), self._id(target, True)
+
+    def keys_of(self, workload_id: int, target_id: int) -> tuple[Workload, Target] | None:
+        """The workload and target of row ids; None if either is absent."""
+        w = self.query(select(workloads.c.name, workloads.c.source_hash, workloads.c.key_json)
+                       .where(workloads.c.id == workload_id))
+        t = self.query(select(targets.c.kind, targets.c.device, targets.c.arch, targets.c.versions_json)
+                       .where(targets.c.id == target_id))
+        return (Workload(*w[0]), Target(*t[0])) if w and t else None
 
     def _workload_id(self, w: Workload, create: bool = True) -> int:
         return self._id(w, create)

@@ -76,6 +76,7 @@ jobs = Table(
     Column("strategy", Text, nullable=False), Column("status", Text, nullable=False),
     Column("owner", Text, nullable=False, server_default=""), Column("lease_expires", Float),
     Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("trials_done", Integer, nullable=False, server_default="0"),
     Column("created_at", Float, nullable=False), Column("started_at", Float), Column("finished_at", Float),
     Column("workload_id", _ID), Column("target_id", _ID),
     Column("message", Text, nullable=False, server_default=""),
