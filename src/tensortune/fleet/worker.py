@@ -89,10 +89,11 @@ class Worker:
         beat = threading.Thread(target=self._heartbeat, args=(job, claims, lost, done, finished), daemon=True)
         beat.start()
         try:
-            measured = self._tune(job, tuning, budget, claims, lost, done)
+            measured, learned = self._tune(job, tuning, budget, claims, lost, done)
             if lost.is_set():
                 return JobOutcome(job.id, "lost", measured, "its lease expired and another worker took it")
-            message = f"{measured} measured by {self.owner}"
+            message = f"{measured} measured by {self.owner}" + (
+                f", {learned} measured meanwhile by other workers" if learned else "")
             self.queue.finish(job.id, self.owner, "done", message)
             return JobOutcome(job.id, "done", measured, message)
         except Exception as exc:  # noqa: BLE001 - the job fails with why; the worker goes on
@@ -109,13 +110,14 @@ class Worker:
             claims.release()
 
     def _tune(self, job: Job, tuning: Tuning, budget: Budget, claims: CandidateClaims, lost: threading.Event,
-              done: list[int]) -> int:
+              done: list[int]) -> tuple[int, int]:
         """Measure the default first (what savings are measured against), then tune with the
-        trials earlier attempts left; the number of candidates measured here."""
+        trials earlier attempts left. Returns how many candidates were measured here, and
+        how many the search learned from other workers' records instead."""
         first = done[0]
         remaining = None if budget.trials is None else budget.trials - done[0]
         if remaining is not None and remaining <= 0:
-            return 0
+            return 0, 0
         default = tuning.default
         if default is not None and tuning.space.is_valid(default) and claims.recorded(default) is None \
                 and claims.take(default):
@@ -132,7 +134,7 @@ class Worker:
         Tuner(tuning.space, tuning.runner, builder=tuning.builder, workload=tuning.workload, target=tuning.target,
               db=self.db, strategy=strategy, progress=False, description=tuning.description, callbacks=[count],
               budget=Budget(trials=remaining, seconds=budget.seconds, free_rejections=budget.free_rejections)).run()
-        return done[0] - first
+        return done[0] - first, strategy.told_from_others
 
     def _heartbeat(self, job: Job, claims: CandidateClaims, lost: threading.Event, done: list[int],
                    finished: threading.Event) -> None:
