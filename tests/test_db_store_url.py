@@ -129,3 +129,13 @@ def test_every_db_command_works_on_both_backends(store, tmp_path):
     assert "imported 1 new records" in ok("db", "import", str(export))
     assert "deleted 4 record(s)" in ok("db", "delete", "1", "--yes")
     assert "secret" not in ok("db", "list")
+
+
+def test_a_lost_server_connection_is_made_again_and_the_record_kept(postgres_store):
+    db = Database(postgres_store)
+    db.add(W, T, MeasureResult(Config(a=1), (1e-3,)))
+    pid = db.query(__import__("sqlalchemy").text("SELECT pg_backend_pid()"))[0][0]
+    with psycopg.connect(postgres_store.split("?")[0], autocommit=True) as admin:
+        assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
+    db.add(W, T, MeasureResult(Config(a=2), (2e-3,)))  # on a new connection
+    assert [r.config["a"] for r in Database(postgres_store).records(W, T)] == [1, 2]

@@ -88,15 +88,21 @@ class Database:
 
     # ---- running statements ---------------------------------------------------------------
     def _run(self, work: Callable[[Connection], _T], writes: bool = False) -> _T:
-        """`work` on the connection, then committed (each statement on its own on SQLite)."""
+        """`work` on the connection, then committed (each statement on its own on SQLite).
+        A server connection that was lost (the server restarted, an idle connection cut)
+        is made again and `work` done once more, so a measurement is not lost to it."""
         with self._lock:
-            try:
-                out = work(self._conn)
-                self._conn.commit()
-                return out
-            except DBAPIError as exc:
-                self._rollback()
-                raise self._error(exc, writes) from exc
+            for attempt in (1, 2):
+                try:
+                    out = work(self._conn)
+                    self._conn.commit()
+                    return out
+                except DBAPIError as exc:
+                    self._rollback()
+                    if attempt == 1 and exc.connection_invalidated and self.location.is_server:
+                        continue
+                    raise self._error(exc, writes) from exc
+            raise AssertionError("unreachable")
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
