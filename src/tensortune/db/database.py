@@ -195,15 +195,18 @@ class Database:
         self.add_record(rec)
         return rec
 
+    _INSERT_RECORD = insert(records)  # one statement, compiled once; the values are its parameters
+
     def add_record(self, rec: Record) -> None:
-        self._write(insert(records).values(
+        row = dict(
             workload_id=self._workload_id(rec.workload), target_id=self._target_id(rec.target),
             config_json=rec.config.to_json(), config_hash=rec.config.digest,
             times_json=json.dumps(list(rec.times)), time=rec.time if rec.ok else None,
             error=rec.error.value if rec.error else None, message=rec.message,
             compile_seconds=rec.compile_seconds, run_seconds=rec.run_seconds, strategy=rec.strategy,
             session=rec.session, created_at=rec.created_at, extra_json=json.dumps(rec.extra, default=str),
-            environment=rec.to_result().environment or None))
+            environment=rec.to_result().environment or None)
+        self._run(lambda c: c.execute(self._INSERT_RECORD, row).rowcount, writes=True)
 
     def start_session(self, workload: Workload, target: Target, strategy: str,
                       budget: dict[str, Any]) -> str:
