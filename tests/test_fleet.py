@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from tensortune.cli.main import cli
 from tensortune.db import Database, Target, Workload
-from tensortune.fleet import CandidateClaims, ClaimingStrategy, JobQueue, Worker
+from tensortune.fleet import CandidateClaims, ClaimingStrategy, JobQueue, Worker, job_savings
 from tensortune.measure import MeasureResult
 from tensortune.search import create_strategy
 from tensortune.space import Config, Space
@@ -158,3 +158,20 @@ def test_a_job_the_worker_cannot_rebuild_fails_with_why_and_the_worker_goes_on(s
     assert "needs m, n and k" in q.get(bad).message and "no-such-strategy" in q.get(unknown).message
     out = CliRunner().invoke(cli, ["--db", store, "queue", "add", "c_matmul", '{"m": 1}'])
     assert out.exit_code == 1 and "needs m, n and k" in out.output
+
+
+def test_a_tensor_expression_job_is_auto_scheduled_under_the_workload_autoschedule_uses(store):
+    from tensortune.autoschedule.api import Problem
+    from tensortune.te import workloads
+
+    db = Database(store)
+    q = JobQueue(db)
+    job = q.enqueue("te_cpu", {"workload": "matmul", "args": [16, 16, 16]}, {"trials": 3}, "random")
+    bad = q.enqueue("te_cpu", {"workload": "os.system", "args": [1]}, {"trials": 3})
+    outcomes = Worker(db, owner="w", lease_seconds=30, jobs=1).run(exit_when_idle=True)
+    assert [o.status for o in outcomes] == ["done", "failed"] and "one of matmul" in q.get(bad).message
+    workload = Problem.of(workloads.matmul(16, 16, 16)).workload
+    records = db.records(workload)
+    assert len(records) == 3 and any(r.ok for r in records)
+    savings = job_savings(db, q.get(job))
+    assert savings.best is not None and savings.baseline >= savings.best

@@ -59,7 +59,8 @@ def _job(kind: str, spec: Any, budget: Any, strategy: str, where: str) -> tuple[
 @click.pass_context
 def queue_add(ctx: click.Context, kind: str | None, spec: str | None, db_path: str | None, trials: int | None,
               seconds: float | None, strategy: str, from_file: str | None) -> None:
-    """Queue a job: KIND (c_matmul) and SPEC, its JSON (c_matmul: {"m": 512, "n": 512, "k": 512});
+    """Queue a job: KIND and SPEC, its JSON (c_matmul: {"m": 512, "n": 512, "k": 512}; te_cpu:
+    {"workload": "matmul", "args": [256, 256, 256]}; see docs/fleet.md);
     or many with --from. A job already queued or running is not queued twice."""
     if (kind is None) == (from_file is None):
         raise click.UsageError("give KIND and SPEC, or --from FILE")

@@ -102,3 +102,40 @@ def _make_c_matmul(spec: dict[str, Any], jobs: int | None) -> Tuning:
 
 register_job_kind("c_matmul", JobKind(_check_c_matmul, _make_c_matmul,
                                       lambda s: f"C matmul {s['m']}x{s['n']}x{s['k']}"))
+
+
+# ---- tensor expressions auto-scheduled on the CPU -----------------------------------------
+TE_WORKLOADS = ("matmul", "batch_matmul", "matmul_bias_relu", "conv2d_nchw", "depthwise_conv2d_nchw", "softmax",
+                "layer_norm", "transpose")  # functions of tensortune.te.workloads a job may name
+
+
+def _check_te_cpu(spec: dict[str, Any]) -> dict[str, Any]:
+    usage = (f"te_cpu job spec: {{\"workload\": one of {', '.join(TE_WORKLOADS)}, \"args\": [whole numbers], "
+             f"\"kwargs\": {{name: number or string}} (optional)}}")
+    name, args, kwargs = spec.get("workload"), spec.get("args"), spec.get("kwargs", {})
+    if set(spec) - {"workload", "args", "kwargs"} or name not in TE_WORKLOADS or not isinstance(args, list) \
+            or not all(type(a) is int and 1 <= a <= 8192 for a in args) or not isinstance(kwargs, dict) \
+            or not all(isinstance(k, str) and type(v) in (int, float, str) for k, v in kwargs.items()):
+        raise ValueError(f"{usage}, got {spec!r}")
+    return {"workload": name, "args": list(args), "kwargs": dict(kwargs)}
+
+
+def _make_te_cpu(spec: dict[str, Any], jobs: int | None) -> Tuning:
+    from ..autoschedule.api import Problem
+    from ..autoschedule.measure import CheckSpec, SketchBuilder, SketchRunner
+    from ..te import workloads
+
+    try:
+        problem = Problem.of(getattr(workloads, spec["workload"])(*spec["args"], **spec["kwargs"]))
+    except Exception as exc:  # noqa: BLE001 - a spec te cannot build is the job's failure, said why
+        raise ValueError(f"te_cpu job spec {spec}: {type(exc).__name__}: {exc}") from exc
+    check = CheckSpec.of(problem.outputs, problem.args, problem.workload.source_hash)
+    runner = SketchRunner(check)
+    builder = SketchBuilder(problem.sketch_space, problem.args, jobs=jobs or 2)
+    # the workload and target `te.autoschedule(..., target="cpu")` records under
+    return Tuning(problem.sketch_space.space, runner, builder, problem.workload, Target.cpu(), None,
+                  f"te {problem.name}", [runner.close])
+
+
+register_job_kind("te_cpu", JobKind(_check_te_cpu, _make_te_cpu,
+                                    lambda s: f"te {s['workload']}{tuple(s['args'])} on the CPU"))
