@@ -76,7 +76,7 @@ def test_a_file_made_by_schema_1_is_migrated_and_keeps_every_record(tmp_path):
     db = Database(path)
     assert db.schema_version == SCHEMA_VERSION == 2
     records = db.records(W, T)
-    assert [r.config["a"] for r in records] == [1, 2, 3, 4, 2] and [r.created_at for r in records][0] == 1.7e9
+    assert [r.config["a"] for r in records] == [1, 2, 3, 4, 2] and records[0].created_at == 1.7e9
     # the crash recorded after a=2's success still takes it out; the full disk is the environment's
     assert [r.config["a"] for r in db.top_k(W, T)] == [1]
     assert set(db.measured_configs(W, T)) == {Config(a=a).digest for a in (1, 2, 3)}

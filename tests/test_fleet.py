@@ -136,7 +136,7 @@ def test_a_job_whose_worker_was_killed_is_taken_again_and_resumes_from_the_store
     before = _measured(Database(store))
     assert 3 <= sum(n for per in before.values() for n in per.values()) < 7
     second = _worker(store, "--lease", "2", "--max-jobs", "1")
-    out, err = second.communicate(timeout=600)
+    _, err = second.communicate(timeout=600)
     assert second.returncode == 0, err
     done = q.get(job)
     assert done.status == "done" and done.attempts == 2 and done.trials_done >= 6, done

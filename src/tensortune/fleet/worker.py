@@ -22,8 +22,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..db import Database
-from ..db import DatabaseError
+from ..db import Database, DatabaseError
 from ..measure import MeasureResult, NullBuilder
 from ..search import create_strategy
 from ..tuner import Budget, Tuner
