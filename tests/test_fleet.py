@@ -175,3 +175,20 @@ def test_a_tensor_expression_job_is_auto_scheduled_under_the_workload_autoschedu
     assert len(records) == 3 and any(r.ok for r in records)
     savings = job_savings(db, q.get(job))
     assert savings.best is not None and savings.baseline >= savings.best
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_by_sigterm_queues_its_job_again_at_once(store):
+    q = JobQueue(Database(store))
+    job = q.enqueue("c_matmul", MATMUL, {"trials": 40}, "random")
+    worker = _worker(store, "--lease", "600")
+    watch, deadline = Database(store), time.time() + 300
+    while time.time() < deadline and sum(n for _, n, _ in watch.workloads()) < 2:
+        time.sleep(0.2)
+    worker.send_signal(signal.SIGTERM)
+    _, err = worker.communicate(timeout=120)
+    assert worker.returncode == 128 + signal.SIGTERM, err
+    back = q.get(job)
+    assert back.status == "queued" and back.owner == "" and back.trials_done >= 1, back  # not after a lease
+    taken = q.claim("next", lease_seconds=60)
+    assert taken.id == job and taken.attempts == 2
