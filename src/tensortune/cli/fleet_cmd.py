@@ -144,16 +144,26 @@ def queue_list(ctx: click.Context, db_path: str | None, status: str | None, as_j
 def worker(ctx: click.Context, db_path: str | None, lease: float, jobs: int | None, max_jobs: int | None,
            exit_when_idle: bool, poll: float) -> None:
     """Take tuning jobs from the queue, tune them and record the results (on any number of
-    hosts at once, with a PostgreSQL store). SIGTERM or Ctrl-C queues the current job again."""
+    hosts at once, with a PostgreSQL store). SIGTERM or Ctrl-C stops after the candidates in
+    flight and queues the current job again (a second one stops at once)."""
     db = open_database(ctx, db_path)
     w = Worker(db, lease_seconds=lease, jobs=jobs, poll_seconds=poll,
                log=lambda line: click.echo(f"[{w.owner}] {line}", err=True))
 
+    received: list[int] = []
+
     def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
+        received.append(signum)
+        if w.stopping.is_set():  # asked twice: leave now (the job's lease returns it to the queue)
+            raise SystemExit(128 + signum)
+        click.echo(f"[{w.owner}] stopping after the candidates in flight; the job goes back to the queue", err=True)
+        w.interrupt()
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     outcomes = w.run(max_jobs=max_jobs, exit_when_idle=exit_when_idle)
     done = sum(1 for o in outcomes if o.status == "done")
     click.echo(f"{w.owner}: {len(outcomes)} job(s), {done} done, {sum(o.trials for o in outcomes)} candidates measured")
     sys.stdout.flush()
+    if received:
+        raise SystemExit(128 + received[0])

@@ -2,7 +2,8 @@
 
 While a job runs, a heartbeat thread renews its lease and the worker's candidate
 claims; a worker that finds its job taken by another (its lease ran out) stops tuning
-it. A worker that dies leaves its job and claims to expire: another worker takes the
+it. `interrupt()` (SIGTERM, Ctrl-C) ends the search after the candidates in flight and
+queues the job again. A worker that dies leaves its job and claims to expire: another worker takes the
 job again and resumes from the store (every measurement is recorded the moment it
 exists, and the budget counts what earlier attempts measured).
 
@@ -38,7 +39,7 @@ def worker_name() -> str:
 @dataclass(frozen=True)
 class JobOutcome:
     job_id: int
-    status: str  # done, failed, or lost (another worker took it over)
+    status: str  # done, failed, lost (another worker took it over) or interrupted (queued again)
     trials: int  # candidates this worker measured for it
     message: str = ""
 
@@ -57,6 +58,13 @@ class Worker:
         self.lease_seconds, self.jobs, self.poll_seconds = lease_seconds, jobs, poll_seconds
         self.log = log
         self.stopping = threading.Event()
+        self._halt = threading.Event()  # ends the current job's search (lost, or interrupted)
+
+    def interrupt(self) -> None:
+        """Stop after the candidates in flight: the current job is queued again at once,
+        with everything measured recorded (what SIGTERM and Ctrl-C do)."""
+        self.stopping.set()
+        self._halt.set()
 
     def run(self, max_jobs: int | None = None, exit_when_idle: bool = False) -> list[JobOutcome]:
         outcomes: list[JobOutcome] = []
@@ -74,6 +82,9 @@ class Worker:
         return outcomes
 
     def run_job(self, job: Job) -> JobOutcome:
+        if self.stopping.is_set():
+            self.queue.give_back(job.id, self.owner)
+            return JobOutcome(job.id, "interrupted", 0, "the worker was stopped; queued again")
         try:
             tuning = make_tuning(job.kind, job.spec, self.jobs)
             budget = Budget.of(job.budget)
@@ -81,6 +92,9 @@ class Worker:
             self.queue.finish(job.id, self.owner, "failed", str(exc))
             return JobOutcome(job.id, "failed", 0, str(exc))
         lost = threading.Event()
+        self._halt.clear()
+        if self.stopping.is_set():
+            self._halt.set()
         claims = CandidateClaims(self.db, tuning.workload, tuning.target, self.owner, self.lease_seconds)
         self.queue.attach(job.id, self.owner, claims.workload_id, claims.target_id)
         done = [job.trials_done]
@@ -91,6 +105,9 @@ class Worker:
             measured, learned = self._tune(job, tuning, budget, claims, lost, done)
             if lost.is_set():
                 return JobOutcome(job.id, "lost", measured, "its lease expired and another worker took it")
+            if self.stopping.is_set():
+                self.queue.give_back(job.id, self.owner)
+                return JobOutcome(job.id, "interrupted", measured, "the worker was stopped; queued again")
             message = f"{measured} measured by {self.owner}" + (
                 f", {learned} measured meanwhile by other workers" if learned else "")
             self.queue.finish(job.id, self.owner, "done", message)
@@ -129,7 +146,7 @@ class Worker:
                 self.queue.renew(job.id, self.owner, self.lease_seconds, done[0])
 
         inner = create_strategy(job.strategy, tuning.space, budget=remaining)
-        strategy = ClaimingStrategy(inner, claims, lost)
+        strategy = ClaimingStrategy(inner, claims, self._halt)
         Tuner(tuning.space, tuning.runner, builder=tuning.builder, workload=tuning.workload, target=tuning.target,
               db=self.db, strategy=strategy, progress=False, description=tuning.description, callbacks=[count],
               budget=Budget(trials=remaining, seconds=budget.seconds, free_rejections=budget.free_rejections)).run()
@@ -144,6 +161,7 @@ class Worker:
             try:
                 if not self.queue.renew(job.id, self.owner, self.lease_seconds, done[0]):
                     lost.set()
+                    self._halt.set()
                     return
                 claims.renew()
                 last = time.monotonic()
@@ -151,4 +169,5 @@ class Worker:
                 self.log(f"job {job.id}: cannot renew its lease ({exc})")
                 if time.monotonic() - last > self.lease_seconds:
                     lost.set()
+                    self._halt.set()
                     return
