@@ -139,3 +139,21 @@ def test_a_lost_server_connection_is_made_again_and_the_record_kept(postgres_sto
         assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]
     db.add(W, T, MeasureResult(Config(a=2), (2e-3,)))  # on a new connection
     assert [r.config["a"] for r in Database(postgres_store).records(W, T)] == [1, 2]
+
+
+def test_the_store_writes_benchmark_runs_on_both_backends_and_writes_its_json(tmp_path):
+    """benchmarks/store_writes.py at a tiny size, so that an API change cannot break it unseen."""
+    import os
+    import subprocess
+
+    from conftest import postgres_url
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "writes.json"
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "store_writes.py"), "--processes", "1", "2",
+                           "--records", "5", "--rounds", "1", "--postgres", postgres_url(), "--json", str(out)],
+                          env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rates = json.loads(out.read_text())["median_records_per_second"]
+    assert set(rates) == {"1", "2"} and all(r["sqlite"] > 0 and r["postgresql"] > 0 for r in rates.values())
