@@ -241,20 +241,19 @@ RESUMABLE = textwrap.dedent("""
 """)
 
 
-def test_killed_run_resumes_without_remeasuring(tmp_path):
+def test_killed_run_resumes_without_remeasuring(store, tmp_path):
     script = tmp_path / "resumable.py"
     script.write_text(RESUMABLE)
-    db_path, calls = tmp_path / "r.db", tmp_path / "calls.txt"
+    db_path, calls = store, tmp_path / "calls.txt"
     proc = subprocess.Popen([sys.executable, str(script), str(db_path), str(calls), "0.15"])
     deadline = time.time() + 60
     while time.time() < deadline:
-        if db_path.exists():
-            try:
-                n = sum(1 for _ in Database(db_path).all_records())
-            except DatabaseError:
-                n = 0
-            if n >= 4:
-                break
+        try:
+            n = sum(1 for _ in Database(db_path).all_records())
+        except DatabaseError:
+            n = 0
+        if n >= 4:
+            break
         time.sleep(0.05)
     proc.kill()
     proc.wait()
