@@ -157,3 +157,27 @@ def test_the_store_writes_benchmark_runs_on_both_backends_and_writes_its_json(tm
     assert done.returncode == 0, done.stderr[-2000:]
     rates = json.loads(out.read_text())["median_records_per_second"]
     assert set(rates) == {"1", "2"} and all(r["sqlite"] > 0 and r["postgresql"] > 0 for r in rates.values())
+
+
+def _open_and_count(path, out):
+    db = Database(path)
+    out.put((db.schema_version, len(db.records(W, T))))
+
+
+def test_processes_opening_a_schema_1_file_at_once_migrate_it_once(tmp_path):
+    import multiprocessing as mp
+
+    path = tmp_path / "v1.db"
+    shutil.copy(V1_FILE, path)
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_open_and_count, args=(str(path), out)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    seen = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert seen == [(SCHEMA_VERSION, 5)] * 3
+    columns = [r[1] for r in sqlite3.connect(path).execute("PRAGMA table_info(records)")]
+    assert columns.count("environment") == 1
