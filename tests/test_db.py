@@ -185,6 +185,24 @@ def test_a_read_only_database_can_be_read_and_a_write_is_a_clear_error(tmp_path,
         db.add(W, T, MeasureResult(Config(a=9), (1.0,)))
 
 
+def test_a_read_only_schema_1_file_is_read_as_it_is(tmp_path, read_only):
+    """Shipped records written by the schema-1 code cannot be migrated in place; they are
+    read as they are, with the same standing, and a write is the error."""
+    path = tmp_path / "v1.db"
+    shutil.copy(os.path.join(os.path.dirname(__file__), "data", "records_v1.db"), path)
+    read_only(path)
+    before = path.read_bytes()
+    db = Database(path)
+    assert db.read_only and db.schema_version == 1
+    assert [r.config["a"] for r in db.records(W, T)] == [1, 2, 3, 4, 2]
+    assert [r.config["a"] for r in db.top_k(W, T)] == [1]  # a=2 crashed later; a=4's disk was full
+    assert set(db.measured_configs(W, T)) == {Config(a=a).digest for a in (1, 2, 3)}
+    assert db.standing_of(W, T, Config(a=4).digest) is None
+    with pytest.raises(DatabaseError, match="v1.db .opened read-only.*schema version 1 is read as it is"):
+        db.add(W, T, MeasureResult(Config(a=9), (1.0,)))
+    assert path.read_bytes() == before
+
+
 def test_newer_schema_is_refused(tmp_path):
     path = tmp_path / "t.db"
     Database(path).close()

@@ -38,6 +38,7 @@ _ADVISORY_LOCK = 0x7E5E7  # PostgreSQL: one opener at a time creates or migrates
 class OpenStore:
     conn: Connection
     read_only: bool = False
+    version: int = schema.SCHEMA_VERSION
 
 
 def first_line(exc: BaseException) -> str:
@@ -131,12 +132,12 @@ def _open_sqlite(where: StoreLocation) -> OpenStore:
             with transaction(conn):
                 if not _has_meta(conn):  # unless another process made it meanwhile
                     schema.create_fresh(conn)
-        _upgrade(conn, shown)
+        version = _upgrade(conn, shown)
     except DBAPIError as exc:
         return _sqlite_failed(where, existed, exc.orig)
     except sqlite3.DatabaseError as exc:
         return _sqlite_failed(where, existed, exc)
-    return OpenStore(conn)
+    return OpenStore(conn, read_only=version < schema.SCHEMA_VERSION, version=version)
 
 
 def _has_meta(conn: Connection) -> bool:
@@ -179,8 +180,8 @@ def _open_sqlite_read_only(where: StoreLocation, cause: BaseException) -> OpenSt
                 raise DatabaseError(f"{where.shown} is not a tensortune database (tables: {sorted(tables)}); "
                                     "it was left untouched")
             conn = _wrap(raw)
-            _upgrade(conn, where.shown, read_only=True)
-            return OpenStore(conn, read_only=True)
+            version = _upgrade(conn, where.shown, read_only=True)
+            return OpenStore(conn, read_only=True, version=version)
         except DBAPIError as exc:
             last = exc.orig
         except sqlite3.DatabaseError as exc:
@@ -200,17 +201,34 @@ def stored_version(conn: Connection, shown: str) -> int:
                             "it was left untouched") from None
 
 
-def _upgrade(conn: Connection, shown: str, read_only: bool = False) -> None:
+def _upgrade(conn: Connection, shown: str, read_only: bool = False) -> int:
     """Migrate an older store to `schema.SCHEMA_VERSION`, one version per transaction;
-    the version is read again under the write lock, so concurrent openers migrate once."""
+    the version is read again under the write lock, so concurrent openers migrate once.
+    Returns the version the store is at: an older one (readable as it is, from
+    `schema.READABLE_FROM` on) when it cannot be written, such as shipped records."""
     version = stored_version(conn, shown)
     conn.commit()
     if version > schema.SCHEMA_VERSION:
         raise DatabaseError(f"{shown} has schema version {version}, newer than this "
                             f"tensortune understands ({schema.SCHEMA_VERSION}); upgrade tensortune")
-    if read_only and version < schema.SCHEMA_VERSION:
+    if version < schema.SCHEMA_VERSION and read_only:
+        return _readable(version, shown)
+    try:
+        return _migrate(conn, shown, version)
+    except DBAPIError as exc:
+        if conn.dialect.name == "sqlite" and "readonly" in str(exc.orig):
+            return _readable(version, shown)  # the file itself cannot be written
+        raise
+
+
+def _readable(version: int, shown: str) -> int:
+    if version < schema.READABLE_FROM:
         raise DatabaseError(f"{shown} has schema version {version} and needs an upgrade, which a "
-                            "read-only folder does not allow; copy it somewhere writable")
+                            "read-only file or folder does not allow; copy it somewhere writable")
+    return version
+
+
+def _migrate(conn: Connection, shown: str, version: int) -> int:
     while version < schema.SCHEMA_VERSION:
         with transaction(conn):
             if conn.dialect.name == "postgresql":
@@ -223,3 +241,4 @@ def _upgrade(conn: Connection, shown: str, read_only: bool = False) -> None:
             schema.MIGRATIONS[version](conn)
             conn.execute(schema.meta.update().where(schema.meta.c.key == "schema_version")
                          .values(value=str(version + 1)))
+    return version

@@ -56,8 +56,13 @@ def default_db_path() -> Path:
     return Path.home() / ".cache" / "tensortune" / "tuning.db"
 
 
-# a record's error counts as the environment's (not the candidate's) when it names a cause
-_CANDIDATE_FAILURE = and_(records.c.error.is_not(None), records.c.environment.is_(None))
+def _environment_of(version: int) -> Any:
+    """A record's environment cause as SQL: its column, or in a read-only schema-1 SQLite
+    file (no column yet) what extra_json says (NULL where that is not JSON)."""
+    if version >= 2:
+        return records.c.environment
+    return case((func.json_valid(records.c.extra_json) == 1,
+                 func.json_extract(records.c.extra_json, "$.environment")), else_=None)
 
 
 class Database:
@@ -76,6 +81,10 @@ class Database:
         store = open_store(self.location)
         self._conn: Connection = store.conn
         self.read_only = store.read_only  # SQLite opened read-only: its folder (or the file) cannot be written
+        self._version = store.version  # older than SCHEMA_VERSION only for a read-only SQLite file
+        self._environment = _environment_of(store.version)
+        # a record's error counts as the environment's (not the candidate's) when it names a cause
+        self._candidate_failure = and_(records.c.error.is_not(None), self._environment.is_(None))
 
     @property
     def dialect(self) -> str:
@@ -91,6 +100,10 @@ class Database:
         """`work` on the connection, then committed (each statement on its own on SQLite).
         A server connection that was lost (the server restarted, an idle connection cut)
         is made again and `work` done once more, so a measurement is not lost to it."""
+        if writes and self._version < SCHEMA_VERSION:
+            raise DatabaseError(f"cannot write to database {self.where} (opened read-only: it or its folder cannot "
+                                f"be written, and its schema version {self._version} is read as it is); copy it "
+                                "somewhere writable to add to it")
         with self._lock:
             for attempt in (1, 2):
                 try:
@@ -122,7 +135,7 @@ class Database:
 
     def _error(self, exc: DBAPIError, writes: bool) -> DatabaseError:
         if writes:
-            where = " (opened read-only: its folder cannot be written)" if self.read_only else ""
+            where = " (opened read-only: it or its folder cannot be written)" if self.read_only else ""
             return DatabaseError(f"cannot write to database {self.where}{where}: {first_line(exc)}")
         return DatabaseError(f"database {self.where}: {first_line(exc)}")
 
@@ -288,7 +301,7 @@ class Database:
         """(target, config digest) of configurations failed by the candidate after their
         latest success."""
         last_ok = func.max(case((records.c.time.is_not(None), records.c.id)))
-        last_failed = func.max(case((_CANDIDATE_FAILURE, records.c.id)))
+        last_failed = func.max(case((self._candidate_failure, records.c.id)))
         rows = self._query(
             select(targets.c.kind, targets.c.device, targets.c.arch, targets.c.versions_json, records.c.config_hash,
                    last_ok, last_failed)
@@ -309,7 +322,7 @@ class Database:
 
     def standing_of(self, workload: Workload, target: Target, digest: str) -> Record | None:
         """The latest record of one configuration that is not a failure of the environment."""
-        scope = self._scope(workload, target) + [records.c.config_hash == digest, records.c.environment.is_(None)]
+        scope = self._scope(workload, target) + [records.c.config_hash == digest, self._environment.is_(None)]
         found = self._select(scope)
         return found[-1] if found else None
 
@@ -366,7 +379,7 @@ class Database:
         if failed:
             chosen.append(records.c.error.is_not(None))
         if environment:
-            chosen.append(and_(records.c.error.is_not(None), records.c.environment.is_not(None)))
+            chosen.append(and_(records.c.error.is_not(None), self._environment.is_not(None)))
         if chosen:
             clauses.append(or_(*chosen))
         return self._write(delete(records).where(*clauses))

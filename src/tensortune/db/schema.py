@@ -114,5 +114,9 @@ def _v1_to_v2(conn: Connection) -> None:
     metadata.create_all(conn, tables=[jobs, claims])
 
 
+# The oldest version read as it is where it cannot be migrated (a read-only file of shipped
+# records): the environment column of v2 is then taken from extra_json, as v1 did.
+READABLE_FROM = 1
+
 # Each entry upgrades a store from version k to k + 1, inside one transaction.
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _v1_to_v2}
