@@ -23,3 +23,40 @@ def shared_datasets():
     if not os.path.isdir(path):
         pytest.skip("../shared/datasets is not present")
     return path
+
+
+def postgres_url() -> str:
+    """The test server's URL (scripts/services.d/10-postgresql.sh starts it and exports it);
+    a test that needs it fails without it, unless TENSORTUNE_TEST_POSTGRES=absent says the
+    server is left out on purpose."""
+    url = os.environ.get("TENSORTUNE_TEST_POSTGRES_URL")
+    if not url:
+        if os.environ.get("TENSORTUNE_TEST_POSTGRES") == "absent":
+            pytest.skip("TENSORTUNE_TEST_POSTGRES=absent: no PostgreSQL server for these tests")
+        pytest.fail("TENSORTUNE_TEST_POSTGRES_URL is not set: run the tests through scripts/test.sh, or "
+                    "`source scripts/services.d/10-postgresql.sh` first")
+    return url
+
+
+@pytest.fixture
+def postgres_store():
+    """The URL of an empty PostgreSQL store of this test's own (a schema dropped after it)."""
+    import uuid
+
+    import psycopg
+
+    url = postgres_url()
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    yield f"{url}?options=-csearch_path%3D{name}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    """A fresh records store on each backend: an SQLite path, or a PostgreSQL URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.db")
+    return request.getfixturevalue("postgres_store")

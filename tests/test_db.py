@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from tensortune.db import DamagedRecords, Database, DatabaseError, Target, Workload, export_jsonl, import_jsonl
+from tensortune.db import (SCHEMA_VERSION, DamagedRecords, Database, DatabaseError, Target, Workload, export_jsonl,
+                           import_jsonl)
 from tensortune.measure import ErrorKind, MeasureResult
 from tensortune.space import Config
 
@@ -18,8 +19,8 @@ W = Workload.make("kernel", "source v1", {"M": 64, "dtype": "float32"})
 T = Target.make("cpu", "test-cpu", "x86_64", {"cc": "gcc 12"})
 
 
-def test_add_best_top_k_and_failures(tmp_path):
-    db = Database(tmp_path / "t.db")
+def test_add_best_top_k_and_failures(store):
+    db = Database(store)
     db.add(W, T, MeasureResult(Config(a=1), (3e-3, 3.1e-3)))
     db.add(W, T, MeasureResult(Config(a=2), (1e-3,)), strategy="random", session="s1")
     db.add(W, T, MeasureResult.failed(Config(a=3), ErrorKind.COMPILE_ERROR, "boom"))
@@ -31,11 +32,32 @@ def test_add_best_top_k_and_failures(tmp_path):
     other_target = Target.make("cpu", "other")
     assert db.best(W, other_target) is None
     assert db.best(W) is not None  # any target
-    assert db.schema_version == 1
+    assert db.schema_version == SCHEMA_VERSION
 
 
-def test_records_survive_reopen_and_export_import(tmp_path):
-    path = tmp_path / "t.db"
+def test_standing_and_deleting_by_kind_agree_on_both_backends(store):
+    """A later failure of the candidate takes a success out of the best; a failure of the
+    environment does not, and is what `environment=True` deletes."""
+    db = Database(store)
+    db.add(W, T, MeasureResult(Config(a=1), (1e-3,)))
+    db.add(W, T, MeasureResult(Config(a=2), (2e-3,)))
+    db.add(W, T, MeasureResult(Config(a=3), (3e-3,)))
+    db.add(W, T, MeasureResult.failed(Config(a=1), ErrorKind.CRASHED, "crashed on a later run"))
+    db.add(W, T, MeasureResult.failed(Config(a=2), ErrorKind.COMPILE_ERROR, "no space", "disk_full"))
+    assert [r.config["a"] for r in db.top_k(W, T, 5)] == [2, 3]
+    assert db.measured_configs(W, T)[Config(a=1).digest].error is ErrorKind.CRASHED
+    assert db.standing_of(W, T, Config(a=2).digest).ok
+    assert db.delete_records(W, environment=True) == 1
+    assert db.delete_records(W, kinds=["ok"]) == 3
+    assert [r.error for r in db.records(W, T)] == [ErrorKind.CRASHED]
+    assert db.finished_sessions(W, T) == 0
+    sid = db.start_session(W, T, "random", {"trials": 3})
+    db.finish_session(sid)
+    assert db.finished_sessions(W, T) == 1
+
+
+def test_records_survive_reopen_and_export_import(store, tmp_path):
+    path = store
     with Database(path) as db:
         for i in range(5):
             db.add(W, T, MeasureResult(Config(a=i), (1e-3 * (i + 1),)))
@@ -47,6 +69,7 @@ def test_records_survive_reopen_and_export_import(tmp_path):
     assert first["workload"]["key"] == {"M": 64, "dtype": "float32"}
     fresh = Database(tmp_path / "fresh.db")
     assert import_jsonl(fresh, out) == 5
+    assert import_jsonl(db, out) == 0  # every record is already there
     assert import_jsonl(fresh, out) == 0  # idempotent
     assert fresh.best(W, T).config == Config(a=0)
 
@@ -162,6 +185,24 @@ def test_a_read_only_database_can_be_read_and_a_write_is_a_clear_error(tmp_path,
         db.add(W, T, MeasureResult(Config(a=9), (1.0,)))
 
 
+def test_a_read_only_schema_1_file_is_read_as_it_is(tmp_path, read_only):
+    """Shipped records written by the schema-1 code cannot be migrated in place; they are
+    read as they are, with the same standing, and a write is the error."""
+    path = tmp_path / "v1.db"
+    shutil.copy(os.path.join(os.path.dirname(__file__), "data", "records_v1.db"), path)
+    read_only(path)
+    before = path.read_bytes()
+    db = Database(path)
+    assert db.read_only and db.schema_version == 1
+    assert [r.config["a"] for r in db.records(W, T)] == [1, 2, 3, 4, 2]
+    assert [r.config["a"] for r in db.top_k(W, T)] == [1]  # a=2 crashed later; a=4's disk was full
+    assert set(db.measured_configs(W, T)) == {Config(a=a).digest for a in (1, 2, 3)}
+    assert db.standing_of(W, T, Config(a=4).digest) is None
+    with pytest.raises(DatabaseError, match="v1.db .opened read-only.*schema version 1 is read as it is"):
+        db.add(W, T, MeasureResult(Config(a=9), (1.0,)))
+    assert path.read_bytes() == before
+
+
 def test_newer_schema_is_refused(tmp_path):
     path = tmp_path / "t.db"
     Database(path).close()
@@ -186,8 +227,8 @@ def _writer(path: str, proc: int, count: int) -> None:
         db.add(W, T, MeasureResult(Config(proc=proc, i=i), (1e-3 + proc * 1e-6 + i * 1e-9,)))
 
 
-def test_several_processes_write_at_once_and_nothing_is_lost(tmp_path):
-    path = str(tmp_path / "shared.db")
+def test_several_processes_write_at_once_and_nothing_is_lost(store):
+    path = store
     Database(path).close()
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_writer, args=(path, p, 60)) for p in range(4)]
@@ -218,20 +259,19 @@ RESUMABLE = textwrap.dedent("""
 """)
 
 
-def test_killed_run_resumes_without_remeasuring(tmp_path):
+def test_killed_run_resumes_without_remeasuring(store, tmp_path):
     script = tmp_path / "resumable.py"
     script.write_text(RESUMABLE)
-    db_path, calls = tmp_path / "r.db", tmp_path / "calls.txt"
+    db_path, calls = store, tmp_path / "calls.txt"
     proc = subprocess.Popen([sys.executable, str(script), str(db_path), str(calls), "0.15"])
     deadline = time.time() + 60
     while time.time() < deadline:
-        if db_path.exists():
-            try:
-                n = sum(1 for _ in Database(db_path).all_records())
-            except DatabaseError:
-                n = 0
-            if n >= 4:
-                break
+        try:
+            n = sum(1 for _ in Database(db_path).all_records())
+        except DatabaseError:
+            n = 0
+        if n >= 4:
+            break
         time.sleep(0.05)
     proc.kill()
     proc.wait()

@@ -3,6 +3,8 @@
 Example:
     >>> resolve_db_path(None, {"TENSORTUNE_DB": "/tmp/a.db"}).name
     'a.db'
+    >>> resolve_db_path("sqlite:///runs/a.db")
+    'sqlite:///runs/a.db'
 """
 
 from __future__ import annotations
@@ -17,17 +19,20 @@ from typing import Any
 import click
 
 from ..db import Database
-from ..settings import Settings
+from ..settings import Settings, db_location
+
+DB_HELP = ("Records store: a path, sqlite:///PATH or postgresql://USER@HOST/DATABASE "
+           "(default: $TENSORTUNE_DB or ~/.cache/tensortune/tuning.db).")
 
 
-def resolve_db_path(option: str | None, env: Mapping[str, str] | None = None) -> Path:
-    return Path(option).expanduser() if option else Settings.from_env(env).db_path
+def resolve_db_path(option: str | None, env: Mapping[str, str] | None = None) -> Path | str:
+    """The store an option names (a path or a URL), else TENSORTUNE_DB's, else the default."""
+    return db_location(option) if option else Settings.from_env(env).db_path
 
 
 def db_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """`--db PATH` on a subcommand; falls back to the group's --db, then TENSORTUNE_DB."""
-    return click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
-                        help="Records database (default: $TENSORTUNE_DB or ~/.cache/tensortune/tuning.db).")(fn)
+    """`--db PATH|URL` on a subcommand; falls back to the group's --db, then TENSORTUNE_DB."""
+    return click.option("--db", "db_path", metavar="PATH|URL", default=None, help=DB_HELP)(fn)
 
 
 def check_strategy(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -36,7 +36,7 @@ def _noting_damage(db: Database) -> Iterator[None]:
     if db.damaged:
         named = ", ".join(f"record {i} ({why})" for i, why in sorted(db.damaged.items())[:5])
         more = f" and {len(db.damaged) - 5} more" if len(db.damaged) > 5 else ""
-        click.echo(f"note: skipped {len(db.damaged)} damaged record(s) of {db.path}: {named}{more}", err=True)
+        click.echo(f"note: skipped {len(db.damaged)} damaged record(s) of {db.where}: {named}{more}", err=True)
 
 
 def _one_workload(db: Database, text: str) -> Workload:
@@ -62,10 +62,10 @@ def db_list(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
                     for i, (w, n, b) in enumerate(rows, 1)])
         return
     if not rows:
-        click.echo(f"{db.path} holds no records yet: tune something (e.g. `tensortune demo`) or `db import` a file")
+        click.echo(f"{db.where} holds no records yet: tune something (e.g. `tensortune demo`) or `db import` a file")
         return
     where = " (read-only)" if db.read_only else ""
-    table = Table(title=escape(f"workloads in {db.path}{where}"))
+    table = Table(title=escape(f"workloads in {db.where}{where}"))
     for col in ("#", "workload", "records", "best"):
         table.add_column(col)
     for i, (w, n, best) in enumerate(rows, 1):
@@ -145,7 +145,7 @@ def db_import(ctx: click.Context, file: str, db_path: str | None) -> None:
     """Add the records of a JSON-lines FILE (records already present are skipped)."""
     db = open_database(ctx, db_path)
     n = import_jsonl(db, file)
-    click.echo(f"imported {n} new records from {file} into {db.path}")
+    click.echo(f"imported {n} new records from {file} into {db.where}")
 
 
 KINDS = sorted(k.value for k in ErrorKind) + ["ok"]
@@ -173,6 +173,6 @@ def db_delete(ctx: click.Context, workload: str | None, db_path: str | None, kin
     scope = f"{'the ' + ' or '.join(what) + ' records' if what else 'every record'} of " \
             f"{w.id_text if w else 'every workload'}"
     if not yes:
-        click.confirm(f"delete {scope} from {db.path}?", abort=True)
+        click.confirm(f"delete {scope} from {db.where}?", abort=True)
     n = db.delete_records(w, kinds=kinds, failed=failed, environment=environment)
     click.echo(f"deleted {n} record(s): {scope}")

@@ -6,9 +6,11 @@ import click
 
 from ..db import DatabaseError
 from .bench_cmd import bench_group
+from .common import DB_HELP
 from .dashboard_cmd import dashboard, report
 from .db_cmd import db_group
 from .demo_cmd import demo
+from .fleet_cmd import queue_group, worker
 from .model_cmd import model_group
 from .triton_cmd import triton_group
 
@@ -25,8 +27,7 @@ class _Commands(click.Group):
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", "db_path", type=click.Path(dir_okay=False), default=None,
-              help="Records database (default: $TENSORTUNE_DB or ~/.cache/tensortune/tuning.db).")
+@click.option("--db", "db_path", metavar="PATH|URL", default=None, help=DB_HELP)
 @click.version_option(package_name="tensortune")
 @click.pass_context
 def cli(ctx: click.Context, db_path: str | None) -> None:
@@ -43,6 +44,8 @@ cli.add_command(bench_group)
 cli.add_command(model_group)
 cli.add_command(dashboard)
 cli.add_command(report)
+cli.add_command(queue_group)
+cli.add_command(worker)
 
 
 def main() -> None:

@@ -1,11 +1,13 @@
-"""The records database: SQLite in WAL mode, one committed row per measurement.
+"""The records database: one committed row per measurement, in an SQLite file or a
+PostgreSQL database that many hosts share (through SQLAlchemy Core).
 
 Every result is committed the moment it is added, so a killed run loses nothing and
-several processes can tune into one file at once. A file that is not a tensortune
-database, or is corrupt or unwritable, is a clear `DatabaseError`; nothing is ever
-overwritten or recreated. A database in a folder this process cannot write is opened
-read-only. A damaged record is skipped and named (`Database.damaged`, and a warning),
-never allowed to hide the other records of its workload.
+several processes (on one host for SQLite, on any number for PostgreSQL) can tune into
+one store at once. A store that is not a tensortune database, or is corrupt or
+unwritable, is a clear `DatabaseError`; nothing is ever overwritten or recreated. An
+SQLite database in a folder this process cannot write is opened read-only. A damaged
+record is skipped and named (`Database.damaged`, and a warning), never allowed to hide
+the other records of its workload.
 
 Example:
     >>> import tempfile, os
@@ -22,214 +24,173 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import threading
 import time
-import urllib.parse
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, and_, case, delete, func, insert, or_, select, update
+from sqlalchemy.exc import DBAPIError
 
 from ..measure import ErrorKind, MeasureResult
 from ..space import Config
+from . import schema
+from .connect import first_line, open_store, stored_version, transaction
+from .errors import DamagedRecords, DatabaseError, StoreURLError
 from .records import Record, Target, Workload, check_record
+from .schema import SCHEMA_VERSION, records, sessions, targets, workloads
+from .url import StoreLocation, store_location
 
-SCHEMA_VERSION = 1
+__all__ = ["SCHEMA_VERSION", "DamagedRecords", "Database", "DatabaseError", "StoreURLError", "default_db_path"]
 
-_SCHEMA_V1 = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS workloads (
-    id INTEGER PRIMARY KEY, name TEXT NOT NULL, source_hash TEXT NOT NULL,
-    key_json TEXT NOT NULL, UNIQUE (name, source_hash, key_json));
-CREATE TABLE IF NOT EXISTS targets (
-    id INTEGER PRIMARY KEY, kind TEXT NOT NULL, device TEXT NOT NULL, arch TEXT NOT NULL,
-    versions_json TEXT NOT NULL, UNIQUE (kind, device, arch, versions_json));
-CREATE TABLE IF NOT EXISTS records (
-    id INTEGER PRIMARY KEY, workload_id INTEGER NOT NULL REFERENCES workloads(id),
-    target_id INTEGER NOT NULL REFERENCES targets(id), config_json TEXT NOT NULL,
-    config_hash TEXT NOT NULL, times_json TEXT NOT NULL, time REAL, error TEXT,
-    message TEXT NOT NULL DEFAULT '', compile_seconds REAL NOT NULL DEFAULT 0,
-    run_seconds REAL NOT NULL DEFAULT 0, strategy TEXT NOT NULL DEFAULT '',
-    session TEXT NOT NULL DEFAULT '', created_at REAL NOT NULL, extra_json TEXT NOT NULL DEFAULT '{}');
-CREATE INDEX IF NOT EXISTS records_by_time ON records (workload_id, target_id, time);
-CREATE INDEX IF NOT EXISTS records_by_config ON records (workload_id, target_id, config_hash);
-CREATE TABLE IF NOT EXISTS sessions (
-    id TEXT PRIMARY KEY, workload_id INTEGER NOT NULL, target_id INTEGER NOT NULL,
-    strategy TEXT NOT NULL, budget_json TEXT NOT NULL, started_at REAL NOT NULL,
-    finished_at REAL, status TEXT NOT NULL);
-"""
-
-TABLES = frozenset({"meta", "workloads", "targets", "records", "sessions"})
-
-# Each entry upgrades a database from version k to k + 1.
-MIGRATIONS: dict[int, str] = {}
-
-
-class DatabaseError(RuntimeError):
-    """The database file cannot be used; the message names the file and the reason."""
-
-
-class DamagedRecords(UserWarning):
-    """Some records could not be read and were skipped; the message names them."""
-
-
-# a record's error counts as the environment's (not the candidate's) when its extra says so
-_CANDIDATE_FAILURE = ("r.error IS NOT NULL AND (NOT json_valid(r.extra_json) OR "
-                      "json_extract(r.extra_json, '$.environment') IS NULL)")
+TABLES = schema.TABLES
+MIGRATIONS = schema.MIGRATIONS
+_T = TypeVar("_T")
 
 
 def default_db_path() -> Path:
     return Path.home() / ".cache" / "tensortune" / "tuning.db"
 
 
+def _environment_of(version: int) -> Any:
+    """A record's environment cause as SQL: its column, or in a read-only schema-1 SQLite
+    file (no column yet) what extra_json says (NULL where that is not JSON)."""
+    if version >= 2:
+        return records.c.environment
+    return case((func.json_valid(records.c.extra_json) == 1,
+                 func.json_extract(records.c.extra_json, "$.environment")), else_=None)
+
+
 class Database:
-    """Records of every measurement, queried by workload and target."""
+    """Records of every measurement, queried by workload and target.
+
+    `Database(where)` takes a path, `sqlite:///PATH`, `postgresql://USER@HOST/DB`, or
+    None for `default_db_path()`."""
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
-        self.path = Path(path) if path is not None else default_db_path()
+        self.location: StoreLocation = store_location(path if path is not None else default_db_path())
+        self.path: Path | None = self.location.path  # the SQLite file; None for a server
+        self.where: str = self.location.shown  # for messages: the path or the URL without password
         self._lock = threading.RLock()
         self._ids: dict[Any, int] = {}
-        self.read_only = False  # opened read-only: its folder (or the file) cannot be written
         self.damaged: dict[int, str] = {}  # record id -> why it could not be read (skipped)
-        self._conn = self._open()
+        store = open_store(self.location)
+        self._conn: Connection = store.conn
+        self.read_only = store.read_only  # SQLite opened read-only: its folder (or the file) cannot be written
+        self._version = store.version  # older than SCHEMA_VERSION only for a read-only SQLite file
+        self._environment = _environment_of(store.version)
+        # a record's error counts as the environment's (not the candidate's) when it names a cause
+        self._candidate_failure = and_(records.c.error.is_not(None), self._environment.is_(None))
 
-    # ---- opening, schema, migration ---------------------------------------------------
-    def _open(self) -> sqlite3.Connection:
-        where = str(self.path)
-        if where != ":memory:":
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise DatabaseError(f"cannot create the folder for database {where}: {exc}") from exc
-            if self.path.is_dir():
-                raise DatabaseError(f"database path {where} is a directory")
-        existed = where == ":memory:" or self.path.exists()
-        try:
-            conn = sqlite3.connect(where, timeout=60, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA busy_timeout = 60000")
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-            if tables and "meta" not in tables:
-                raise DatabaseError(f"{where} is an SQLite file but not a tensortune database "
-                                    f"(tables: {sorted(tables)}); it was left untouched")
-            if tables and not TABLES <= tables:
-                raise DatabaseError(f"{where} lacks the table(s) {sorted(TABLES - tables)} of a tensortune "
-                                    "database (damaged, or made by something else); it was left untouched")
-            if where != ":memory:":
-                conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            self._init_schema(conn, fresh=not tables)
-        except sqlite3.DatabaseError as exc:
-            if not existed:
-                raise DatabaseError(f"cannot create database {where}: {exc} (is its folder writable?)") from exc
-            if isinstance(exc, sqlite3.OperationalError) and not os.access(self.path.parent, os.W_OK | os.X_OK) \
-                    or "unable to open" in str(exc) and os.access(self.path, os.R_OK):
-                return self._open_read_only(exc)
-            raise DatabaseError(f"cannot use database {where}: {exc} (is it corrupt, or it or its folder "
-                                f"unwritable? it was left untouched)") from exc
-        return conn
-
-    def _open_read_only(self, cause: Exception) -> sqlite3.Connection:
-        """A database whose folder cannot be written (shipped records): SQLite cannot make
-        its lock files there, so it is read without them. Records still in a write-ahead
-        log cannot be read that way, which is an error rather than a silent omission."""
-        wal = Path(f"{self.path}-wal")
-        quoted = urllib.parse.quote(str(self.path.resolve()))
-        modes = ["mode=ro"] + ([] if wal.exists() and wal.stat().st_size else ["immutable=1"])
-        last: Exception = cause
-        for mode in modes:
-            try:
-                conn = sqlite3.connect(f"file:{quoted}?{mode}", uri=True, timeout=60, isolation_level=None,
-                                       check_same_thread=False)
-                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-                if not TABLES <= tables:
-                    raise DatabaseError(f"{self.path} is not a tensortune database (tables: {sorted(tables)}); "
-                                        "it was left untouched")
-                self._init_schema(conn, fresh=False, read_only=True)
-                self.read_only = True
-                return conn
-            except sqlite3.DatabaseError as exc:
-                last = exc
-        hint = " (its write-ahead log holds records that need a writable folder)" if wal.exists() else ""
-        raise DatabaseError(f"cannot use database {self.path}: {last}{hint}; it was left untouched") from last
-
-    def _init_schema(self, conn: sqlite3.Connection, fresh: bool, read_only: bool = False) -> None:
-        if fresh:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for stmt in filter(str.strip, _SCHEMA_V1.split(";")):
-                    conn.execute(stmt)
-                conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        try:
-            version = int(row[0])
-        except (TypeError, ValueError):
-            found = "no schema version" if row is None else f"schema version {row[0]!r}"
-            raise DatabaseError(f"{self.path} has {found}: damaged, or not a tensortune database; "
-                                "it was left untouched") from None
-        if version > SCHEMA_VERSION:
-            raise DatabaseError(f"{self.path} has schema version {version}, newer than this "
-                                f"tensortune understands ({SCHEMA_VERSION}); upgrade tensortune")
-        if read_only and version < SCHEMA_VERSION:
-            raise DatabaseError(f"{self.path} has schema version {version} and needs an upgrade, which a "
-                                "read-only folder does not allow; copy it somewhere writable")
-        while version < SCHEMA_VERSION:
-            if version not in MIGRATIONS:
-                raise DatabaseError(f"{self.path}: no migration from schema version {version}")
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executescript(MIGRATIONS[version])
-            version += 1
-            conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(version),))
-            conn.execute("COMMIT")
+    @property
+    def dialect(self) -> str:
+        """"sqlite" or "postgresql"."""
+        return self._conn.dialect.name
 
     @property
     def schema_version(self) -> int:
-        return int(self._query("SELECT value FROM meta WHERE key='schema_version'")[0][0])
+        return self._run(lambda c: stored_version(c, self.where))
 
-    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    # ---- running statements ---------------------------------------------------------------
+    def _run(self, work: Callable[[Connection], _T], writes: bool = False) -> _T:
+        """`work` on the connection, then committed (each statement on its own on SQLite).
+        A server connection that was lost (the server restarted, an idle connection cut)
+        is made again and `work` done once more, so a measurement is not lost to it."""
+        if writes and self._version < SCHEMA_VERSION:
+            raise DatabaseError(f"cannot write to database {self.where} (opened read-only: it or its folder cannot "
+                                f"be written, and its schema version {self._version} is read as it is); copy it "
+                                "somewhere writable to add to it")
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    out = work(self._conn)
+                    self._conn.commit()
+                    return out
+                except DBAPIError as exc:
+                    self._rollback()
+                    if attempt == 1 and exc.connection_invalidated and self.location.is_server:
+                        continue
+                    raise self._error(exc, writes) from exc
+            raise AssertionError("unreachable")
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """Statements that commit together (on SQLite under the write lock from the start)."""
         with self._lock:
             try:
-                return self._conn.execute(sql, args).fetchall()
-            except sqlite3.DatabaseError as exc:
-                raise DatabaseError(f"database {self.path}: {exc}") from exc
+                with transaction(self._conn) as conn:
+                    yield conn
+            except DBAPIError as exc:
+                raise self._error(exc, True) from exc
 
-    def _write(self, sql: str, args: tuple[Any, ...] = ()) -> int:
-        with self._lock:
-            try:
-                cur = self._conn.execute(sql, args)
-                return cur.lastrowid or 0
-            except sqlite3.DatabaseError as exc:
-                where = " (opened read-only: its folder cannot be written)" if self.read_only else ""
-                raise DatabaseError(f"cannot write to database {self.path}{where}: {exc}") from exc
+    def _rollback(self) -> None:
+        try:
+            self._conn.rollback()
+        except DBAPIError:
+            pass  # the connection is gone; the error being raised says why
+
+    def _error(self, exc: DBAPIError, writes: bool) -> DatabaseError:
+        if writes:
+            where = " (opened read-only: it or its folder cannot be written)" if self.read_only else ""
+            return DatabaseError(f"cannot write to database {self.where}{where}: {first_line(exc)}")
+        return DatabaseError(f"database {self.where}: {first_line(exc)}")
+
+    def query(self, stmt: Any) -> list[Any]:
+        """The rows of one SQLAlchemy Core statement (for the store's other tables' modules)."""
+        return self._run(lambda c: c.execute(stmt).all())
+
+    def write(self, stmt: Any) -> int:
+        """Run one writing statement, committed now; the number of rows it touched."""
+        return self._run(lambda c: c.execute(stmt).rowcount, writes=True)
+
+    _query, _write = query, write
+
+    def insert_ignoring_duplicates(self, table: Any) -> Any:
+        """An INSERT that skips a row whose unique key is already there."""
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        return dialect_insert(table).on_conflict_do_nothing()
 
     # ---- ids ---------------------------------------------------------------------------
-    _ABSENT = -1  # the id a workload or target not yet in the file reads as: no row matches it
+    _ABSENT = -1  # the id a workload or target not yet in the store reads as: no row matches it
 
     def _id(self, key: Workload | Target, create: bool) -> int:
         """The row id of a workload or target; reading never writes, so a read-only file
         can be read."""
         if key not in self._ids:
             if isinstance(key, Workload):
-                table, cols, vals = "workloads", ("name", "source_hash", "key_json"), \
-                    (key.name, key.source_hash, key.key_json)
+                table, values = workloads, {"name": key.name, "source_hash": key.source_hash,
+                                            "key_json": key.key_json}
             else:
-                table, cols, vals = "targets", ("kind", "device", "arch", "versions_json"), \
-                    (key.kind, key.device, key.arch, key.versions_json)
-            select = f"SELECT id FROM {table} WHERE " + " AND ".join(f"{c}=?" for c in cols)
-            rows = self._query(select, vals)
+                table, values = targets, {"kind": key.kind, "device": key.device, "arch": key.arch,
+                                          "versions_json": key.versions_json}
+            find = select(table.c.id).where(*(table.c[k] == v for k, v in values.items()))
+            rows = self._query(find)
             if not rows and not create:
                 return self._ABSENT
             if not rows:
-                self._write(f"INSERT OR IGNORE INTO {table} ({', '.join(cols)}) VALUES "
-                            f"({','.join('?' * len(cols))})", vals)
-                rows = self._query(select, vals)
+                self._write(self.insert_ignoring_duplicates(table).values(**values))
+                rows = self._query(find)
             self._ids[key] = rows[0][0]
         return self._ids[key]
+
+    def ids(self, workload: Workload, target: Target) -> tuple[int, int]:
+        """The row ids of a workload and a target, made if new."""
+        return self._id(workload, True), self._id(target, True)
+
+    def keys_of(self, workload_id: int, target_id: int) -> tuple[Workload, Target] | None:
+        """The workload and target of row ids; None if either is absent."""
+        w = self.query(select(workloads.c.name, workloads.c.source_hash, workloads.c.key_json)
+                       .where(workloads.c.id == workload_id))
+        t = self.query(select(targets.c.kind, targets.c.device, targets.c.arch, targets.c.versions_json)
+                       .where(targets.c.id == target_id))
+        return (Workload(*w[0]), Target(*t[0])) if w and t else None
 
     def _workload_id(self, w: Workload, create: bool = True) -> int:
         return self._id(w, create)
@@ -247,38 +208,44 @@ class Database:
         self.add_record(rec)
         return rec
 
+    _INSERT_RECORD = insert(records)  # one statement, compiled once; the values are its parameters
+
     def add_record(self, rec: Record) -> None:
-        self._write(
-            "INSERT INTO records (workload_id, target_id, config_json, config_hash, times_json, time, "
-            "error, message, compile_seconds, run_seconds, strategy, session, created_at, extra_json) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (self._workload_id(rec.workload), self._target_id(rec.target), rec.config.to_json(),
-             rec.config.digest, json.dumps(list(rec.times)), rec.time if rec.ok else None,
-             rec.error.value if rec.error else None, rec.message, rec.compile_seconds,
-             rec.run_seconds, rec.strategy, rec.session, rec.created_at,
-             json.dumps(rec.extra, default=str)))
+        row = dict(
+            workload_id=self._workload_id(rec.workload), target_id=self._target_id(rec.target),
+            config_json=rec.config.to_json(), config_hash=rec.config.digest,
+            times_json=json.dumps(list(rec.times)), time=rec.time if rec.ok else None,
+            error=rec.error.value if rec.error else None, message=rec.message,
+            compile_seconds=rec.compile_seconds, run_seconds=rec.run_seconds, strategy=rec.strategy,
+            session=rec.session, created_at=rec.created_at, extra_json=json.dumps(rec.extra, default=str),
+            environment=rec.to_result().environment or None)
+        self._run(lambda c: c.execute(self._INSERT_RECORD, row).rowcount, writes=True)
 
     def start_session(self, workload: Workload, target: Target, strategy: str,
                       budget: dict[str, Any]) -> str:
         sid = uuid.uuid4().hex[:12]
-        self._write("INSERT INTO sessions VALUES (?,?,?,?,?,?,NULL,'running')",
-                    (sid, self._workload_id(workload), self._target_id(target), strategy,
-                     json.dumps(budget), time.time()))
+        self._write(insert(sessions).values(
+            id=sid, workload_id=self._workload_id(workload), target_id=self._target_id(target),
+            strategy=strategy, budget_json=json.dumps(budget), started_at=time.time(), finished_at=None,
+            status="running"))
         return sid
 
     def finish_session(self, session: str, status: str = "finished") -> None:
-        self._write("UPDATE sessions SET finished_at=?, status=? WHERE id=?", (time.time(), status, session))
+        self._write(update(sessions).where(sessions.c.id == session).values(finished_at=time.time(), status=status))
 
     def finished_sessions(self, workload: Workload, target: Target) -> int:
-        return self._query(
-            "SELECT COUNT(*) FROM sessions WHERE workload_id=? AND target_id=? AND status='finished'",
-            (self._workload_id(workload, create=False), self._target_id(target, create=False)))[0][0]
+        return self._query(select(func.count()).select_from(sessions).where(
+            sessions.c.workload_id == self._workload_id(workload, create=False),
+            sessions.c.target_id == self._target_id(target, create=False),
+            sessions.c.status == "finished"))[0][0]
 
     # ---- reading -------------------------------------------------------------------------
-    _COLUMNS = ("w.name, w.source_hash, w.key_json, t.kind, t.device, t.arch, t.versions_json, "
-                "r.config_json, r.times_json, r.error, r.message, r.compile_seconds, r.run_seconds, "
-                "r.strategy, r.session, r.created_at, r.extra_json, r.id")
-    _FROM = " FROM records r JOIN workloads w ON r.workload_id=w.id JOIN targets t ON r.target_id=t.id"
+    _COLUMNS = (workloads.c.name, workloads.c.source_hash, workloads.c.key_json, targets.c.kind, targets.c.device,
+                targets.c.arch, targets.c.versions_json, records.c.config_json, records.c.times_json,
+                records.c.error, records.c.message, records.c.compile_seconds, records.c.run_seconds,
+                records.c.strategy, records.c.session, records.c.created_at, records.c.extra_json, records.c.id)
+    _FROM = records.join(workloads, records.c.workload_id == workloads.c.id).join(
+        targets, records.c.target_id == targets.c.id)
 
     def _row(self, r: tuple[Any, ...]) -> Record | None:
         """The record of a row; None (and the row named in `damaged`) if it is damaged."""
@@ -293,24 +260,23 @@ class Database:
             reason = f"{type(exc).__name__}: {str(exc)[:200]}"
             if self.damaged.get(r[17]) != reason:
                 self.damaged[r[17]] = reason
-                warnings.warn(f"database {self.path}: record {r[17]} is damaged ({reason}); skipped, the file "
+                warnings.warn(f"database {self.where}: record {r[17]} is damaged ({reason}); skipped, the store "
                               "was left untouched", DamagedRecords, stacklevel=4)
             return None
 
-    def _select(self, where: str, args: tuple[Any, ...], tail: str = "") -> list[Record]:
-        rows = self._query(f"SELECT {self._COLUMNS}{self._FROM} WHERE {where} {tail}", args)
+    def _select(self, where: list[Any], order: Any = records.c.id) -> list[Record]:
+        rows = self._query(select(*self._COLUMNS).select_from(self._FROM).where(*where).order_by(order, records.c.id))
         return [rec for rec in map(self._row, rows) if rec is not None]
 
-    def _scope(self, workload: Workload, target: Target | None) -> tuple[str, tuple[Any, ...]]:
-        if target is None:
-            return "r.workload_id=?", (self._workload_id(workload, create=False),)
-        return "r.workload_id=? AND r.target_id=?", (self._workload_id(workload, create=False),
-                                                     self._target_id(target, create=False))
+    def _scope(self, workload: Workload, target: Target | None) -> list[Any]:
+        scope = [records.c.workload_id == self._workload_id(workload, create=False)]
+        if target is not None:
+            scope.append(records.c.target_id == self._target_id(target, create=False))
+        return scope
 
     def records(self, workload: Workload, target: Target | None = None) -> list[Record]:
         """Every record of a workload (on one target, or all), oldest first."""
-        where, args = self._scope(workload, target)
-        return self._select(where, args, "ORDER BY r.id")
+        return self._select(self._scope(workload, target))
 
     def top_k(self, workload: Workload, target: Target | None = None, k: int = 5) -> list[Record]:
         """The k fastest successful configurations, one record per configuration.
@@ -318,9 +284,9 @@ class Database:
         A configuration whose latest record about the candidate is a failure (a crash
         found after it had returned, a wrong result on a later check) is not among them,
         whatever it measured before; the environment's failures do not count."""
-        where, args = self._scope(workload, target)
-        rows = self._select(where + " AND r.time IS NOT NULL", args, "ORDER BY r.time")
-        condemned = self._condemned(where, args)
+        scope = self._scope(workload, target)
+        rows = self._select(scope + [records.c.time.is_not(None)], records.c.time)
+        condemned = self._condemned(scope)
         seen: set[str] = set()
         out = []
         for rec in rows:
@@ -331,15 +297,16 @@ class Database:
                 break
         return out
 
-    def _condemned(self, where: str, args: tuple[Any, ...]) -> set[tuple[Target, str]]:
+    def _condemned(self, scope: list[Any]) -> set[tuple[Target, str]]:
         """(target, config digest) of configurations failed by the candidate after their
         latest success."""
+        last_ok = func.max(case((records.c.time.is_not(None), records.c.id)))
+        last_failed = func.max(case((self._candidate_failure, records.c.id)))
         rows = self._query(
-            "SELECT t.kind, t.device, t.arch, t.versions_json, r.config_hash, "
-            "MAX(CASE WHEN r.time IS NOT NULL THEN r.id END), "
-            f"MAX(CASE WHEN {_CANDIDATE_FAILURE} THEN r.id END) "
-            f"FROM records r JOIN targets t ON r.target_id=t.id WHERE {where} "
-            "GROUP BY r.target_id, r.config_hash", args)
+            select(targets.c.kind, targets.c.device, targets.c.arch, targets.c.versions_json, records.c.config_hash,
+                   last_ok, last_failed)
+            .select_from(records.join(targets, records.c.target_id == targets.c.id)).where(*scope)
+            .group_by(targets.c.id, records.c.config_hash))
         return {(Target(a, b, c, d), digest) for a, b, c, d, digest, ok, failed in rows
                 if ok is not None and failed is not None and failed > ok}
 
@@ -353,11 +320,19 @@ class Database:
         are left out, so such a candidate counts as not measured."""
         return {r.config.digest: r for r in self.records(workload, target) if not r.to_result().environment}
 
+    def standing_of(self, workload: Workload, target: Target, digest: str) -> Record | None:
+        """The latest record of one configuration that is not a failure of the environment."""
+        scope = self._scope(workload, target) + [records.c.config_hash == digest, self._environment.is_(None)]
+        found = self._select(scope)
+        return found[-1] if found else None
+
     def workloads(self) -> list[tuple[Workload, int, float | None]]:
         """Every workload with its number of records and best time."""
         rows = self._query(
-            "SELECT w.name, w.source_hash, w.key_json, COUNT(r.id), MIN(r.time) FROM workloads w "
-            "LEFT JOIN records r ON r.workload_id=w.id GROUP BY w.id ORDER BY w.id")
+            select(workloads.c.name, workloads.c.source_hash, workloads.c.key_json, func.count(records.c.id),
+                   func.min(records.c.time))
+            .select_from(workloads.outerjoin(records, records.c.workload_id == workloads.c.id))
+            .group_by(workloads.c.id).order_by(workloads.c.id))
         return [(Workload(a, b, c), n, best) for a, b, c, n, best in rows]
 
     def find_workloads(self, text: str) -> list[Workload]:
@@ -373,7 +348,7 @@ class Database:
                 or w.source_hash.startswith(text)]
 
     def all_records(self) -> Iterator[Record]:
-        for r in self._query(f"SELECT {self._COLUMNS}{self._FROM} ORDER BY r.id"):
+        for r in self._query(select(*self._COLUMNS).select_from(self._FROM).order_by(records.c.id)):
             rec = self._row(r)
             if rec is not None:
                 yield rec
@@ -385,47 +360,37 @@ class Database:
         `target`, with an error in `kinds` (error kind names, "ok" for successes), or any
         failure (`failed`), or failures of the environment (`environment`). With no filter
         every record of the workload goes; a workload's records of every kind with it."""
-        clauses, args = ["1=1"], []
+        clauses: list[Any] = []
         if workload is not None:
-            clauses.append("workload_id=?")
-            args.append(self._workload_id(workload, create=False))
+            clauses.append(records.c.workload_id == self._workload_id(workload, create=False))
         if target is not None:
-            clauses.append("target_id=?")
-            args.append(self._target_id(target, create=False))
-        chosen = []
+            clauses.append(records.c.target_id == self._target_id(target, create=False))
         names = list(kinds)
         valid = {k.value for k in ErrorKind} | {"ok"}
         unknown = sorted(set(names) - valid)
         if unknown:
             raise ValueError(f"unknown record kind(s) {unknown}; known: {sorted(valid)}")
+        chosen: list[Any] = []
         errors = [k for k in names if k != "ok"]
         if errors:
-            chosen.append(f"error IN ({','.join('?' * len(errors))})")
-            args.extend(errors)
+            chosen.append(records.c.error.in_(errors))
         if "ok" in names:
-            chosen.append("error IS NULL")
+            chosen.append(records.c.error.is_(None))
         if failed:
-            chosen.append("error IS NOT NULL")
+            chosen.append(records.c.error.is_not(None))
         if environment:
-            chosen.append("(error IS NOT NULL AND json_valid(extra_json) AND "
-                          "json_extract(extra_json, '$.environment') IS NOT NULL)")
+            chosen.append(and_(records.c.error.is_not(None), self._environment.is_not(None)))
         if chosen:
-            clauses.append("(" + " OR ".join(chosen) + ")")
-        sql = f"DELETE FROM records WHERE {' AND '.join(clauses)}"
-        with self._lock:
-            try:
-                return self._conn.execute(sql, tuple(args)).rowcount
-            except sqlite3.DatabaseError as exc:
-                where = " (opened read-only: its folder cannot be written)" if self.read_only else ""
-                raise DatabaseError(f"cannot write to database {self.path}{where}: {exc}") from exc
+            clauses.append(or_(*chosen))
+        return self._write(delete(records).where(*clauses))
 
-    def import_records(self, records: Iterable[Record]) -> int:
+    def import_records(self, records_in: Iterable[Record]) -> int:
         """Add records not already present (same workload, target, config and time stamp)."""
         n = 0
-        for rec in records:
-            where, args = self._scope(rec.workload, rec.target)
-            dup = self._query(f"SELECT 1 FROM records r WHERE {where} AND r.config_hash=? AND r.created_at=?",
-                              args + (rec.config.digest, rec.created_at))
+        for rec in records_in:
+            dup = self._query(select(records.c.id).where(
+                *self._scope(rec.workload, rec.target), records.c.config_hash == rec.config.digest,
+                records.c.created_at == rec.created_at).limit(1))
             if not dup:
                 self.add_record(rec)
                 n += 1
@@ -434,6 +399,7 @@ class Database:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            self._conn.engine.dispose()
 
     def __enter__(self) -> "Database":
         return self

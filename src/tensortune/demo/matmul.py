@@ -214,5 +214,5 @@ def _report(best: MeasureResult, baseline: MeasureResult, numpy_result: MeasureR
         best_config=best.config.as_dict(), best_gflops=_gflops(m, n, k, best.time),
         baseline_gflops=_gflops(m, n, k, baseline.time), numpy_gflops=_gflops(m, n, k, numpy_result.time),
         trials=trials, failures=failures, seconds=time.perf_counter() - start, from_db=from_db,
-        db=str(db.path), workload=workload.id_text, shape=shape, strategy=strategy,
+        db=db.where, workload=workload.id_text, shape=shape, strategy=strategy,
     )

@@ -1,0 +1,173 @@
+"""A worker: takes jobs from the queue, tunes each with the tuning loop, records results.
+
+While a job runs, a heartbeat thread renews its lease and the worker's candidate
+claims; a worker that finds its job taken by another (its lease ran out) stops tuning
+it. `interrupt()` (SIGTERM, Ctrl-C) ends the search after the candidates in flight and
+queues the job again. A worker that dies leaves its job and claims to expire: another worker takes the
+job again and resumes from the store (every measurement is recorded the moment it
+exists, and the budget counts what earlier attempts measured).
+
+Example:
+    >>> from tensortune.db import Database
+    >>> Worker(Database(":memory:"), owner="w1").run(exit_when_idle=True)
+    []
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..db import Database, DatabaseError
+from ..measure import MeasureResult, NullBuilder
+from ..search import create_strategy
+from ..tuner import Budget, Tuner
+from .claims import CandidateClaims, ClaimingStrategy
+from .kinds import Tuning, make_tuning
+from .queue import Job, JobQueue
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    job_id: int
+    status: str  # done, failed, lost (another worker took it over) or interrupted (queued again)
+    trials: int  # candidates this worker measured for it
+    message: str = ""
+
+
+class Worker:
+    """Takes jobs from the queue in `db` until told to stop (or, with `exit_when_idle`,
+    until none is left). `jobs`: build processes per job (the builder's default if None)."""
+
+    def __init__(self, db: Database, owner: str | None = None, lease_seconds: float = 60.0,
+                 jobs: int | None = None, poll_seconds: float = 2.0,
+                 log: Callable[[str], None] = lambda line: None) -> None:
+        if lease_seconds <= 0:
+            raise ValueError(f"a lease is a positive number of seconds, got {lease_seconds}")
+        self.db, self.queue = db, JobQueue(db)
+        self.owner = owner or worker_name()
+        self.lease_seconds, self.jobs, self.poll_seconds = lease_seconds, jobs, poll_seconds
+        self.log = log
+        self.stopping = threading.Event()
+        self._halt = threading.Event()  # ends the current job's search (lost, or interrupted)
+
+    def interrupt(self) -> None:
+        """Stop after the candidates in flight: the current job is queued again at once,
+        with everything measured recorded (what SIGTERM and Ctrl-C do)."""
+        self.stopping.set()
+        self._halt.set()
+
+    def run(self, max_jobs: int | None = None, exit_when_idle: bool = False) -> list[JobOutcome]:
+        outcomes: list[JobOutcome] = []
+        while not self.stopping.is_set() and (max_jobs is None or len(outcomes) < max_jobs):
+            job = self.queue.claim(self.owner, self.lease_seconds)
+            if job is None:
+                if exit_when_idle:
+                    break
+                self.stopping.wait(self.poll_seconds)
+                continue
+            self.log(f"job {job.id}: {job.kind} {job.spec} (attempt {job.attempts})")
+            outcome = self.run_job(job)
+            self.log(f"job {job.id}: {outcome.status}, {outcome.trials} measured here. {outcome.message}")
+            outcomes.append(outcome)
+        return outcomes
+
+    def run_job(self, job: Job) -> JobOutcome:
+        if self.stopping.is_set():
+            self.queue.give_back(job.id, self.owner)
+            return JobOutcome(job.id, "interrupted", 0, "the worker was stopped; queued again")
+        try:
+            tuning = make_tuning(job.kind, job.spec, self.jobs)
+            budget = Budget.of(job.budget)
+        except (ValueError, TypeError) as exc:
+            self.queue.finish(job.id, self.owner, "failed", str(exc))
+            return JobOutcome(job.id, "failed", 0, str(exc))
+        lost = threading.Event()
+        self._halt.clear()
+        if self.stopping.is_set():
+            self._halt.set()
+        claims = CandidateClaims(self.db, tuning.workload, tuning.target, self.owner, self.lease_seconds)
+        self.queue.attach(job.id, self.owner, claims.workload_id, claims.target_id)
+        done = [job.trials_done]
+        finished = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(job, claims, lost, done, finished), daemon=True)
+        beat.start()
+        try:
+            measured, learned = self._tune(job, tuning, budget, claims, lost, done)
+            if lost.is_set():
+                return JobOutcome(job.id, "lost", measured, "its lease expired and another worker took it")
+            if self.stopping.is_set():
+                self.queue.give_back(job.id, self.owner)
+                return JobOutcome(job.id, "interrupted", measured, "the worker was stopped; queued again")
+            message = f"{measured} measured by {self.owner}" + (
+                f", {learned} measured meanwhile by other workers" if learned else "")
+            self.queue.finish(job.id, self.owner, "done", message)
+            return JobOutcome(job.id, "done", measured, message)
+        except Exception as exc:  # noqa: BLE001 - the job fails with why; the worker goes on
+            message = f"{type(exc).__name__}: {exc}"
+            self.queue.finish(job.id, self.owner, "failed", message)
+            return JobOutcome(job.id, "failed", done[0] - job.trials_done, message)
+        except BaseException:
+            self.queue.give_back(job.id, self.owner)  # interrupted: queued again at once
+            raise
+        finally:
+            finished.set()
+            beat.join()
+            tuning.close()
+            claims.release()
+
+    def _tune(self, job: Job, tuning: Tuning, budget: Budget, claims: CandidateClaims, lost: threading.Event,
+              done: list[int]) -> tuple[int, int]:
+        """Measure the default first (what savings are measured against), then tune with the
+        trials earlier attempts left. Returns how many candidates were measured here, and
+        how many the search learned from other workers' records instead."""
+        first = done[0]
+        remaining = None if budget.trials is None else budget.trials - done[0]
+        if remaining is not None and remaining <= 0:
+            return 0, 0
+        default = tuning.default
+        if default is not None and tuning.space.is_valid(default) and claims.recorded(default) is None \
+                and claims.take(default):
+            for result in tuning.runner.run((tuning.builder or NullBuilder()).build([default])):
+                self.db.add(tuning.workload, tuning.target, result, strategy="baseline")
+
+        def count(result: MeasureResult) -> None:
+            if not result.environment and not result.amends:
+                done[0] += 1
+                self.queue.renew(job.id, self.owner, self.lease_seconds, done[0])
+
+        inner = create_strategy(job.strategy, tuning.space, budget=remaining)
+        strategy = ClaimingStrategy(inner, claims, self._halt)
+        Tuner(tuning.space, tuning.runner, builder=tuning.builder, workload=tuning.workload, target=tuning.target,
+              db=self.db, strategy=strategy, progress=False, description=tuning.description, callbacks=[count],
+              budget=Budget(trials=remaining, seconds=budget.seconds, free_rejections=budget.free_rejections)).run()
+        return done[0] - first, strategy.told_from_others
+
+    def _heartbeat(self, job: Job, claims: CandidateClaims, lost: threading.Event, done: list[int],
+                   finished: threading.Event) -> None:
+        """Renew the job's lease and the claims every third of a lease; a store that cannot
+        be reached for a whole lease means the job may be another's by now: stop."""
+        last = time.monotonic()
+        while not finished.wait(self.lease_seconds / 3):
+            try:
+                if not self.queue.renew(job.id, self.owner, self.lease_seconds, done[0]):
+                    lost.set()
+                    self._halt.set()
+                    return
+                claims.renew()
+                last = time.monotonic()
+            except DatabaseError as exc:
+                self.log(f"job {job.id}: cannot renew its lease ({exc})")
+                if time.monotonic() - last > self.lease_seconds:
+                    lost.set()
+                    self._halt.set()
+                    return
