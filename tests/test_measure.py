@@ -104,6 +104,22 @@ def _build(config):
     return config["x"] * 10
 
 
+def _interrupted(config):
+    if config["a"] == 2:
+        raise KeyboardInterrupt
+    if config["a"] == 3:
+        raise SystemExit(1)
+    return config["a"]
+
+
+def test_ctrl_c_in_an_inline_build_stops_the_build_instead_of_failing_the_candidate():
+    b = ProcessPoolBuilder(_interrupted, jobs=1)
+    [exited] = b.build([Config({"a": 3})])
+    assert not exited.ok and "SystemExit" in exited.message  # the build's own exit is its failure
+    with pytest.raises(KeyboardInterrupt):
+        b.build([Config({"a": 1}), Config({"a": 2})])
+
+
 def test_process_pool_builder_isolates_failures_and_hangs():
     b = ProcessPoolBuilder(_build, jobs=2, timeout=3)
     try:

@@ -56,6 +56,8 @@ def _timed_build(build: Callable[[Config], Any], config: Config) -> tuple[str, A
     try:
         artifact = build(config)
         return ("ok", artifact, time.perf_counter() - start)
+    except KeyboardInterrupt:  # the user's Ctrl-C during an inline build stops tuning; it is no candidate's fault
+        raise
     except BaseException as exc:  # noqa: BLE001 - a build's failure belongs to its candidate
         kind = exc.kind if isinstance(exc, CandidateError) else ErrorKind.COMPILE_ERROR
         if not isinstance(exc, CandidateError) and classify_exception(exc) is ErrorKind.OUT_OF_RESOURCES:
