@@ -315,7 +315,11 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
     if target in GPU_TARGETS:
         if args is not None or name is not None or retry_failed:
             raise TEError("args=, name= and retry_failed= apply to target='cpu' only")
-        from ..backends.triton import autoschedule_cuda
+        from ..extras import needs_extra
+        with needs_extra(f"te.autoschedule(target={target!r})", extra="triton"):
+            import torch  # noqa: F401  (both are needed; say so before any work)
+            import triton  # noqa: F401
+            from ..backends.triton import autoschedule_cuda
         return autoschedule_cuda(outputs_or_function, budget=64 if budget is None else budget, db=db, seed=seed,
                                  strategy=strategy, jobs=jobs, timer=timer, confirm=confirm > 1, retune=retune,
                                  progress=_progress(progress), **gpu_options)

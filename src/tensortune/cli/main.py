@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..db import DatabaseError
+from ..extras import MissingExtra
 from .bench_cmd import bench_group
 from .db_cmd import db_group
 from .demo_cmd import demo
@@ -14,12 +15,12 @@ from .triton_cmd import triton_group
 
 class _Commands(click.Group):
     """A database that cannot be used (corrupt, damaged part-way, read-only, an unwritable
-    export) is a message, not a traceback, in every subcommand."""
+    export) and a missing optional extra are a message, not a traceback, in every subcommand."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except DatabaseError as exc:
+        except (DatabaseError, MissingExtra) as exc:
             raise click.ClickException(str(exc)) from exc
 
 
