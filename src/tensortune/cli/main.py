@@ -22,6 +22,9 @@ class _Commands(click.Group):
             return super().invoke(ctx)
         except (DatabaseError, MissingExtra) as exc:
             raise click.ClickException(str(exc)) from exc
+        except KeyboardInterrupt:
+            click.echo("interrupted: every measurement made so far is kept in the records database", err=True)
+            ctx.exit(130)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
