@@ -140,3 +140,59 @@ def test_a_c_workload_is_keyed_on_source_flags_and_arguments():
 def test_tune_c_names_a_bad_argument():
     with pytest.raises(TypeError, match="ArrayArg or a ScalarArg"):
         tt.tune_c(SCALE, "scale", [np.zeros(4)], {"STEP": [1]}, db=":memory:", progress=False)
+
+
+SCRIPT_HEAD = '''
+import tensortune as tt
+SOURCE = "void twice(float* y, const float* x, int n) { for (int i = 0; i < n; i++) y[i] = 2.0f * x[i] + ZERO; }"
+ARGS = [tt.ArrayArg("y", (256,), role="out"), tt.ArrayArg("x", (256,)), tt.ScalarArg("n", 256)]
+'''
+REFERENCE = '''
+def reference(y, x):
+    return {"y": 2.0 * x}
+'''
+CALL = 'tt.tune_c(SOURCE, "twice", ARGS, {"ZERO": ["0.0f"]}, reference=reference, budget=1, jobs=1, progress=False)\n'
+
+
+def run_script(text: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, int]:
+    script = tmp_path / "tune_it.py"
+    script.write_text(text)
+    env = {**os.environ, "TENSORTUNE_DB": str(tmp_path / "t.db"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=240)
+    records = sum(n for _, n, _ in Database(tmp_path / "t.db").workloads()) if (tmp_path / "t.db").exists() else 0
+    return proc, records
+
+
+@pytest.mark.slow
+def test_an_unguarded_script_is_told_in_one_line_before_measuring(tmp_path):
+    proc, records = run_script(SCRIPT_HEAD + REFERENCE + CALL, tmp_path)
+    assert proc.returncode == 1 and records == 0
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"RuntimeError: {tmp_path / 'tune_it.py'}:8: tune_c runs")
+    assert "Process SpawnProcess" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_reference_defined_under_the_guard_is_named(tmp_path):
+    guarded = SCRIPT_HEAD + 'if __name__ == "__main__":\n' + "".join(
+        "    " + line + "\n" for line in (REFERENCE + CALL).strip("\n").splitlines())
+    proc, records = run_script(guarded, tmp_path)
+    assert proc.returncode == 1 and records == 0
+    assert "reference is defined under `if __name__" in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_a_guarded_script_tunes(tmp_path):
+    proc, records = run_script(SCRIPT_HEAD + REFERENCE + 'if __name__ == "__main__":\n    print(' + CALL.strip()
+                               + ".best_config)\n", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "ZERO='0.0f'" in proc.stdout and records >= 1
+
+
+@pytest.mark.slow
+def test_tune_isolated_from_an_unguarded_script_is_told(tmp_path):
+    proc, records = run_script("import tensortune as tt\ndef f(x):\n    return x\n"
+                               "tt.tune(f, {'x': [1, 2]}, isolate=True, progress=False)\n", tmp_path)
+    assert proc.returncode == 1 and records == 0
+    assert "tune(isolate=True) runs candidates in spawned worker processes" in proc.stderr.strip().splitlines()[-1]

@@ -50,12 +50,20 @@ GPU_TARGETS = ("cuda", "gpu")
 
 @dataclass(frozen=True)
 class ScheduledKernel:
-    """A compiled, verified kernel found by the auto-scheduler; call it like `te.Kernel`."""
+    """A compiled, verified kernel found by the auto-scheduler; call it like `te.Kernel`.
 
-    kernel: Kernel
+    `time` (seconds per call) is the median of the winner's interleaved re-timing against
+    the other finalists (its record says `confirm` in `tensortune db best`) when `confirm`
+    is above 1, the default; otherwise, or when built from the records, the median of the
+    record it comes from. `gflops` is `flops / time`. `db best` ranks every record by its
+    own median and says what measured it, so a candidate timed fast once while searching
+    can stand above the confirmed winner there.
+    """
+
+    kernel: Kernel = field(repr=False)  # its repr holds the whole C source
     config: Config
     workload: Workload
-    time: float  # the best measured median, seconds
+    time: float  # seconds per call: see above
     trials: int  # measured by this call (0 when built from the records)
     tuning_seconds: float
     from_db: bool

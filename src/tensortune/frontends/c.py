@@ -30,6 +30,7 @@ import numpy as np
 from ..backends.c_kernel import ArrayArg, CBuilder, CProblem, CRunner, ScalarArg
 from ..db import Database, Target, Workload
 from ..measure import Timer
+from ..measure.main_guard import check_guarded
 from ..space import Space
 from ..tuner import Budget, TuneResult, Tuner, TuningFailed
 from .callable import open_db
@@ -66,8 +67,10 @@ def tune_c(
     "inout" arrays by name; it runs in a worker process, so it must be defined at module
     level, and a script that calls `tune_c` keeps the call under
     `if __name__ == "__main__":` (worker processes import the script). Without a reference
-    nothing is checked, only timed. Raises `TuningFailed` when no candidate succeeded.
+    nothing is checked, only timed. Raises `TuningFailed` when no candidate succeeded, and
+    RuntimeError before measuring anything when called unguarded from a script's top level.
     """
+    check_guarded("tune_c", reference)
     if not isinstance(space, Space):
         space = Space(space)
     args = tuple(args)
