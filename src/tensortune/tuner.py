@@ -296,6 +296,8 @@ class Tuner:
         if self.budget.trials is None:
             return None
         try:
+            if not self.space.size_is_exact:  # an estimate: the budget's number, ended at the real total
+                return self.budget.trials
             left = self.space.size - len({r.config for r in prior})
         except Exception:  # noqa: BLE001 - a space that cannot count itself: the budget's number
             return self.budget.trials
