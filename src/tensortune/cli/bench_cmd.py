@@ -81,7 +81,7 @@ def bench_group() -> None:
               help="Comma-separated strategies; random is always added as the baseline. "
                    "NAME=N runs that strategy N repeats only. Peers run side by side: "
                    "kt:<strategy> (Kernel Tuner 1.5, simulation mode), optuna:tpe.")
-@click.option("--jobs", type=click.IntRange(min=1), default=max(1, (os.cpu_count() or 1)), show_default=True,
+@click.option("--jobs", type=click.IntRange(min=1), default=max(1, (os.cpu_count() or 1)), show_default="the CPU count",
               help="Worker processes.")
 @click.option("--output", "-o", "json_out", type=click.Path(dir_okay=False), default=None,
               help="Write {datasets: dataset -> strategy -> budget -> {mean, se, p10, ...}, mean: ...} "

@@ -59,7 +59,7 @@ def _one_workload(db: Database, text: str) -> Workload:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def db_list(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
-    """Every workload with its number of records and best time."""
+    """Every workload with its number of records and the fastest median time recorded."""
     db = open_database(ctx, db_path)
     rows = db.workloads()
     if as_json:
