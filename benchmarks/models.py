@@ -183,10 +183,10 @@ def run_model(name: str, make: Callable[[], Any], args: argparse.Namespace) -> d
     torch._dynamo.reset()
     start = time.perf_counter()
     fast = tensortune.compile(model, inputs, example_kwargs=kwargs, target=args.device, budget=args.budget,
-                              db=args.db, progress=not args.quiet, retune=args.retune)
+                              db=args.db, progress=not args.quiet, retune=args.retune, prologues=args.prologues)
     out["tensortune compile_s"] = time.perf_counter() - start
     report = fast.report
-    out["tensortune tuning_s"] = sum(r.tuning_seconds for r in fast.reports)
+    out["tensortune tuning_s"] = fast.tuning_seconds
     out["tensortune kernel_share"] = report.kernel_share
     out["tensortune check"] = report.check
     out["tensortune tasks"] = len(report.tasks)
@@ -198,7 +198,8 @@ def run_model(name: str, make: Callable[[], Any], args: argparse.Namespace) -> d
         out["tensortune error"] = relative_error(first(fast(*inputs, **kwargs)).float(), reference.float())
     torch._dynamo.reset()
     start = time.perf_counter()
-    again = tensortune.compile(model, inputs, example_kwargs=kwargs, target=args.device, db=args.db, progress=False)
+    again = tensortune.compile(model, inputs, example_kwargs=kwargs, target=args.device, db=args.db, progress=False,
+                               prologues=args.prologues)
     out["tensortune recompile_s"] = time.perf_counter() - start
     out["tensortune recompile_trials"] = sum(t.trials for t in again.report.tasks)
     contenders["tensortune"] = lambda: fast(*inputs, **kwargs)
@@ -231,6 +232,8 @@ def main() -> None:
     parser.add_argument("--max-autotune", action="store_true", help="also torch.compile(mode='max-autotune')")
     parser.add_argument("--retune", action="store_true", help="tune again where the database has records (the search "
                         "resumes from them: the budget is spent on top)")
+    parser.add_argument("--prologues", choices=["fuse", "materialize", "measure"], default="measure",
+                        help="tensortune's cut around work that several matmuls read (see docs/models.md)")
     parser.add_argument("--db", default=os.path.join("bench-out", "models.db"))
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--per-round", type=int, default=10)

@@ -110,3 +110,31 @@ def test_the_kernel_benchmark_takes_the_named_definitions_and_swaps_only_the_dec
     module = triton_kernels.load(tmp_path / "src", tmp_path, "upstream_like.py", "tensortune")
     assert type(module.double_kernel).__name__ == "AutotunedKernel"
     sys.modules.pop(module.__name__, None)
+
+
+@pytest.mark.slow
+def test_gpu_kernels_benchmark_runs_on_the_cpu(tmp_path):
+    """benchmarks/gpu_kernels.py --quick on one workload of each family: tuning on the shared
+    worker, the check against torch on fresh inputs, the peers, the JSON and the table."""
+    pytest.importorskip("triton")
+    cases = "dw3x3-s2-relu6,attn-causal-fp16,tail-48x32x256"
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_kernels.py"), "--quick", "--cases", cases,
+               "--out", str(tmp_path), "--cache", str(tmp_path / "kernels")]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = json.loads((tmp_path / "gpu_kernels.json").read_text())["rows"]
+    assert set(rows) == set(cases.split(","))
+    assert [rows[c]["pattern"] for c in cases.split(",")] == ["grouped_conv", "attention", "contraction"]
+    assert all(r["correct"] and {"eager", "flash", "cublas"} & set(r["us"]) for r in rows.values())
+    assert "geometric mean" in done.stdout
+
+
+def test_gpu_kernels_benchmark_says_it_needs_a_gpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_kernels.py"), "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr and "--quick" in done.stderr

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # the modules whose `__all__` is the public API, each with a page under docs/reference/api/
 PUBLIC_MODULES = ["tensortune.space", "tensortune.db", "tensortune.measure", "tensortune.search",
                   "tensortune.model", "tensortune.backends", "tensortune.frontends.triton", "tensortune.te",
-                  "tensortune.backends.triton", "tensortune.tasks", "tensortune.graph", "tensortune.datasets"]
+                  "tensortune.backends.triton", "tensortune.tasks", "tensortune.graph", "tensortune.datasets",
+                  "tensortune.dashboard"]
 
 
 @pytest.fixture(scope="module")

@@ -93,6 +93,74 @@ def test_compiling_again_builds_from_the_records_without_measuring(tmp_path):
     assert relative_error(again(x), model(x)) < 1e-5
 
 
+class _Broken(torch.nn.Module):
+    """Two graphs (a graph break between them) sharing one kernel, each with one of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first, self.shared, self.last = (torch.nn.Linear(16, 16) for _ in range(3))
+
+    def forward(self, x):
+        x = torch.relu(self.shared(torch.tanh(self.first(x))))
+        torch._dynamo.graph_break()
+        return torch.sigmoid(self.last(torch.relu(self.shared(x))))
+
+
+def test_a_model_of_several_graphs_is_tuned_under_one_budget(tmp_path):
+    torch.manual_seed(0)
+    model = _Broken().eval()
+    fast = tensortune.compile(model, [torch.randn(4, 16)], budget=6, db=str(tmp_path / "r.db"), progress=False)
+    assert len(fast.reports) == 2
+    trials = {t.key: t.trials for r in fast.reports for t in r.tasks}
+    shared = set.intersection(*({t.key for t in r.tasks} for r in fast.reports))
+    assert shared and len(trials) > len(shared)  # a kernel in both graphs, and kernels of their own
+    assert sum(trials.values()) <= 6  # the budget is the model's, not each graph's
+    assert fast.joint_tuning_seconds > 0 and fast.tuning_seconds >= fast.joint_tuning_seconds
+    assert all(t.source == "tuned" for r in fast.reports for t in r.tasks)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        assert relative_error(fast(x), model(x)) < 1e-5
+
+
+class _NormThenTwo(torch.nn.Module):
+    """An RMS norm (written as Llama writes it) read by two matmuls: its scaling is a
+    prologue of both, or a kernel of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(32))
+        self.a, self.b = torch.nn.Linear(32, 48, bias=False), torch.nn.Linear(32, 48, bias=False)
+
+    def forward(self, x):
+        h = self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+        return self.a(h) * torch.sigmoid(self.b(h))
+
+
+@pytest.mark.parametrize("prologues", ["fuse", "materialize", "measure"])
+def test_a_norm_read_by_matmuls_is_fused_materialized_or_decided_by_measurement(prologues, tmp_path):
+    torch.manual_seed(0)
+    model = _NormThenTwo().eval()
+    fast = tensortune.compile(model, [torch.randn(1, 16, 32)], budget=12, db=str(tmp_path / "r.db"),
+                              progress=False, prologues=prologues)
+    report = fast.report
+    own_kernel = any(t.label == "mul 1x16x32" for t in report.tasks)  # the scaling, written once
+    assert own_kernel == (prologues == "materialize") or prologues == "measure", report.table()
+    if prologues == "measure":
+        [decision] = report.decisions
+        assert "prologues fused" in decision and "prologues materialized" in decision
+        assert decision.startswith("prologues materialized" if own_kernel else "prologues fused")
+    else:
+        assert not report.decisions
+    x = torch.randn(1, 16, 32)
+    with torch.no_grad():
+        assert relative_error(fast(x), model(x)) < 1e-5
+
+
+def test_an_unknown_prologues_choice_is_named():
+    with pytest.raises(ValueError, match="prologues must be one of"):
+        tensortune.compile(_NormThenTwo().eval(), [torch.randn(1, 4, 32)], prologues="sometimes")
+
+
 def test_the_torch_compile_backend_is_found_by_name(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).eval()
     compiled = torch.compile(model, backend="tensortune",

@@ -56,3 +56,33 @@ def test_models_compile_for_the_gpu_target_in_the_interpreter(tmp_path):
         assert any(label.startswith("attention") for label in r["labels"]), (name, r["labels"])  # one fused kernel
     assert result["gpt2"]["error"] < 1e-4
     assert result["llama"]["error"] < 4e-2  # bfloat16
+
+
+CNN_SCRIPT = r"""
+import json, sys, torch, tensortune
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                            torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.ReLU6(),
+                            torch.nn.Conv2d(8, 16, 3, padding=1, groups=2)).eval()
+fast = tensortune.compile(model, [torch.randn(2, 3, 8, 8)], target="cuda", budget=1, db=sys.argv[1], progress=False)
+x = torch.randn(2, 3, 8, 8)
+with torch.no_grad():
+    got, want = fast(x), model(x)
+from tensortune.db import Database
+patterns = sorted(w.key.get("pattern", "") for w, _, _ in Database(sys.argv[1]).workloads())
+print(json.dumps({"error": float((got - want).norm() / want.norm()), "patterns": patterns,
+                  "fallbacks": len(fast.report.fallbacks)}))
+"""
+
+
+@pytest.mark.slow
+def test_depthwise_and_grouped_convolutions_compile_to_their_own_kernels(tmp_path):
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run([sys.executable, "-c", CNN_SCRIPT, str(tmp_path / "r.db")], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["fallbacks"] == 0 and result["error"] < 1e-4, result
+    # the dense convolution is a contraction; the depthwise one and the grouped one (4 channels
+    # per group) each their own grouped_conv kernel, with the activation fused
+    assert result["patterns"] == ["contraction", "grouped_conv", "grouped_conv"], result

@@ -119,6 +119,43 @@ def test_attention_matches_eager(kind):
     assert any(n.op == "attention.scores" for n in g)
 
 
+@pytest.mark.parametrize("past", [0, 3])
+@pytest.mark.parametrize("kind", ["bool", "min", "-inf"])
+def test_a_causal_mask_built_from_positions_becomes_a_bound_not_data(kind, past):
+    """Hugging Face builds causal masks from position tensors; folded, they are constants the
+    attention kernel would load. Recognised, they become the bound `j <= i + past`."""
+    def attend(q, k, v):
+        rows = torch.arange(past, past + q.shape[2])
+        keep = torch.arange(k.shape[2])[None, :] <= rows[:, None]
+        if kind == "bool":
+            mask = keep[None, None].expand(q.shape[0], 1, -1, -1)
+        else:
+            low = torch.finfo(q.dtype).min if kind == "min" else float("-inf")
+            mask = torch.where(keep, 0.0, low)[None, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    q, kv = torch.randn(2, 4, 6, 8), torch.randn(2, 4, 6 + past, 8)
+    g = assert_lowers(attend, q, kv, kv.clone())
+    [logits] = [n for n in g if n.op == "attention.logits"]
+    assert [g.nodes[i].op for i in logits.inputs] == ["attention.scores"]
+
+
+def test_causal_offset_declines_what_is_not_one_causal_bound():
+    from tensortune.graph.lowering.attention import causal_offset
+    tril = torch.ones(5, 7, dtype=torch.bool).tril(1)
+    assert causal_offset(tril, 5, 7) == 1
+    assert causal_offset(tril.tril(-1), 5, 7) == -1  # boolean: a row with no key stays a row of zeros
+    assert causal_offset(torch.where(tril.tril(-1), 0.0, float("-inf")), 5, 7) is None  # additive: would differ
+    assert causal_offset(torch.where(tril, 0.0, -1.0), 5, 7) is None  # a bias, not a mask
+    per_batch = torch.stack([tril, tril.tril(0)])
+    assert causal_offset(per_batch, 5, 7) is None
+    assert causal_offset(tril, 5, 8) is None  # another shape
+    assert causal_offset(tril.int(), 5, 7) is None
+
+
+def test_rms_norm_lowers_whole_its_in_place_epsilon_included():
+    assert_lowers(lambda a, w: F.rms_norm(a, (5,), w), x, torch.randn(5))
+
+
 def test_empty_inputs_to_cat_are_skipped():
     assert_lowers(lambda a, b: torch.cat([b, a], 1), torch.randn(2, 3), torch.randn(2, 0))
 

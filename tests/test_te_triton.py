@@ -126,7 +126,7 @@ CASES = [
     ("gelu-split-epilogue", lambda: gelu_epilogue(24, 40, 32),
      {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "EPILOGUE_SPLIT": 2}),
     ("depthwise-conv", lambda: workloads.depthwise_conv2d_nchw(1, 3, 6, 6, 3, 3, 1, 1, "float16").output,
-     {"BLOCK_R": 8, "BLOCK_C": 16}),
+     {"BLOCK_P": 16, "BLOCK_C": 2}),
     ("softmax-one-pass", lambda: workloads.softmax(6, 40, "float16").output, {"BLOCK_R": 2, "BLOCK_C": 64}),
     ("softmax-looped", lambda: workloads.softmax(6, 40, "float16").output, {"BLOCK_R": 4, "BLOCK_C": 16}),
     ("layer-norm", lambda: workloads.layer_norm(6, 48, dtype="float16").output, {"BLOCK_R": 1, "BLOCK_C": 16}),

@@ -7,6 +7,7 @@ import click
 from ..db import DatabaseError
 from ..extras import MissingExtra
 from .bench_cmd import bench_group
+from .dashboard_cmd import dashboard, report
 from .db_cmd import db_group
 from .demo_cmd import demo
 from .model_cmd import model_group
@@ -44,6 +45,8 @@ cli.add_command(db_group)
 cli.add_command(triton_group)
 cli.add_command(bench_group)
 cli.add_command(model_group)
+cli.add_command(dashboard)
+cli.add_command(report)
 
 
 def main() -> None:

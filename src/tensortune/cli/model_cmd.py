@@ -67,13 +67,16 @@ def make_input(spec: tuple[tuple[int, ...], str, tuple[int, int]], device: str) 
 @click.option("--budget", type=click.IntRange(min=1), default=None,
               help="Trials for the whole model (default: 32 for each kernel to tune).")
 @click.option("--retune", is_flag=True, help="Search again even where records exist.")
+@click.option("--prologues", type=click.Choice(["fuse", "materialize", "measure"]), default="measure",
+              help="Work several matmuls read (a norm's scaling): in their loads, written once, or whichever "
+                   "measures faster (default).")
 @click.option("--export", "export_path", type=click.Path(dir_okay=False),
               help="Write the records of every kernel of the model to this JSON-lines file.")
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the compile report as JSON.")
 @click.pass_context
 def model_tune(ctx: click.Context, factory: str, inputs: tuple[str, ...], target: str | None, budget: int | None,
-               retune: bool, export_path: str | None, db_path: str | None, as_json: bool) -> None:
+               retune: bool, prologues: str, export_path: str | None, db_path: str | None, as_json: bool) -> None:
     """Import FACTORY (MODULE:NAME or FILE.py:NAME), compile its model for the inputs and tune it."""
     try:
         import torch
@@ -102,7 +105,7 @@ def model_tune(ctx: click.Context, factory: str, inputs: tuple[str, ...], target
         raise click.ClickException(str(exc)) from exc
     db = str(resolve_db_path(db_path or (ctx.obj or {}).get("db_path")))
     compiled = compile_model(model, examples, target=device, budget=budget, db=db, retune=retune,
-                             progress=not as_json)
+                             progress=not as_json, prologues=prologues)
     exported = None
     if export_path:
         from ..db import Database

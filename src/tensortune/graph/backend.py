@@ -5,7 +5,8 @@ cut into kernels, tune them under one budget, check against eager) and returns t
 compiled graph; options come through `torch.compile(..., options={...})` (see
 `CompileOptions`). `tensortune.compile` does the same ahead of time: it captures and
 compiles on the example inputs and returns a callable module, with a `report` of what it
-did. Compiling the same model again builds every kernel from the records database.
+did; the graphs of a model that dynamo cut in several are tuned together, under one
+budget (`JointBackend`). Compiling the same model again builds every kernel from the records database.
 
 Inference only: a graph traced with gradients enabled for inputs that require them runs
 eagerly, with a warning (training would need the backward graph lowered and tuned too:
@@ -26,8 +27,10 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .capture import capture_graph
-from .compiler import CompiledGraph, CompileOptions, compile_graph
+from dataclasses import replace
+
+from .capture import Captured, capture_graph
+from .compiler import CompiledGraph, CompileOptions, _open_db, compile_graph, tune_graphs
 from .report import CompileReport
 
 
@@ -51,6 +54,48 @@ def make_backend(options: CompileOptions, graphs: list[CompiledGraph] | None = N
             graphs.append(compiled)
         return compiled
     return backend
+
+
+class JointBackend:
+    """The backend of `tensortune.compile`: graphs captured during the model's first call
+    run eagerly until `finish()` tunes all of them under one budget and compiles each;
+    graphs dynamo makes after that are compiled at once."""
+
+    def __init__(self, options: CompileOptions, graphs: list[CompiledGraph]) -> None:
+        self.options, self.graphs = options, graphs
+        self.pending: list[Deferred] = []
+        self.tuning_seconds = 0.0
+        self._now = make_backend(options, graphs)
+        self._finished = False
+
+    def __call__(self, gm: Any, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        if self._finished or _grad_needed(example_inputs) or _symbolic(example_inputs):
+            return self._now(gm, example_inputs)
+        deferred = Deferred(gm, capture_graph(gm, example_inputs))
+        self.pending.append(deferred)
+        return deferred
+
+    def finish(self) -> None:
+        self._finished = True
+        tuned = None
+        if len(self.pending) > 1:
+            outcome = tune_graphs([d.captured for d in self.pending], self.options)
+            tuned, self.tuning_seconds = outcome, outcome.seconds
+        for d in self.pending:
+            d.compiled = compile_graph(d.captured, self.options, tuned)
+            self.graphs.append(d.compiled)
+        self.pending.clear()
+
+
+class Deferred:
+    """A captured graph run by torch until its compiled graph exists."""
+
+    def __init__(self, gm: Any, captured: Captured) -> None:
+        self.gm, self.captured = gm, captured
+        self.compiled: CompiledGraph | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        return self.gm(*args) if self.compiled is None else self.compiled(*args)
 
 
 def _symbolic(inputs: Sequence[Any]) -> bool:
@@ -86,10 +131,17 @@ def tensortune_backend(gm: Any, example_inputs: Sequence[Any], options: dict[str
 class CompiledModel:
     """A model compiled by tensortune: call it like the model (under no_grad)."""
 
-    def __init__(self, model: Any, compiled: Any, graphs: list[CompiledGraph]) -> None:
+    def __init__(self, model: Any, compiled: Any, graphs: list[CompiledGraph], joint_tuning_seconds: float = 0.0
+                 ) -> None:
         self.model = model
         self._compiled = compiled
         self.graphs = graphs
+        self.joint_tuning_seconds = joint_tuning_seconds
+
+    @property
+    def tuning_seconds(self) -> float:
+        """Seconds spent tuning: the graphs' joint tuning and any graph's own."""
+        return self.joint_tuning_seconds + sum(r.tuning_seconds for r in self.reports)
 
     @property
     def reports(self) -> list[CompileReport]:
@@ -133,14 +185,17 @@ def compile(model: Any, example_inputs: Sequence[Any], *, target: str | None = N
         raise TypeError("example_inputs must be a tuple or list of the model's positional arguments, "
                         f"not {type(example_inputs).__name__} (one tensor x: pass (x,))")
     opts = CompileOptions.of(dict(options, target=target, budget=budget, db=db))
+    opts = replace(opts, db=_open_db(opts.db))  # one database for the joint tuning and every graph
     graphs: list[CompiledGraph] = []
-    compiled = torch.compile(_entry(), backend=make_backend(opts, graphs), dynamic=False)
+    backend = JointBackend(opts, graphs)
+    compiled = torch.compile(_entry(), backend=backend, dynamic=False)
     with torch.no_grad():
         compiled(model, tuple(example_inputs), dict(example_kwargs or {}))
+    backend.finish()
     if not graphs:
         raise RuntimeError("dynamo made no graph of the model for these inputs (it runs no tensor operations, "
                            "or dynamo hit its recompile limit: torch._dynamo.reset() clears it)")
-    return CompiledModel(model, compiled, graphs)
+    return CompiledModel(model, compiled, graphs, backend.tuning_seconds)
 
 
 _ENTRIES = 0

@@ -36,7 +36,10 @@ from .runtime import KernelStep, Plan
 from .simplify import sink_views
 from .targets import make_target, reference_step
 from .tasks import GraphTask, collect_tasks
-from .tune import TuneOutcome, tune_tasks
+from .tune import TuneOutcome, best_time, tune_tasks
+
+
+PROLOGUES = ("fuse", "materialize", "measure")
 
 
 class CompileError(RuntimeError):
@@ -48,7 +51,11 @@ class CompileOptions:
     """How to compile: target ("cpu", "cuda" or None for the inputs' device), `budget`
     (trials for the whole graph, default 32 per task to tune; a float is seconds), the
     records database, whether to `retune` recorded tasks, `check` against eager torch,
-    and CUDA graphs for the GPU (replayed when the inputs stay where they were)."""
+    and CUDA graphs for the GPU (replayed when the inputs stay where they were).
+    `prologues`: cheap work that several contractions read (a norm's scaling) is
+    recomputed in their loads ("fuse"), written once by a kernel of its own
+    ("materialize"), or both cuts are tuned and the one whose kernels' measured times
+    add up to less is kept ("measure", the default)."""
 
     target: str | None = None
     budget: int | float | None = None
@@ -62,6 +69,11 @@ class CompileOptions:
     policy: str = "gradient"
     trials_per_round: int = 8
     force_fallback: frozenset[str] = field(default_factory=frozenset)
+    prologues: str = "measure"
+
+    def __post_init__(self) -> None:
+        if self.prologues not in PROLOGUES:
+            raise ValueError(f"prologues must be one of {list(PROLOGUES)}, not {self.prologues!r}")
 
     @staticmethod
     def of(options: dict[str, Any] | None) -> "CompileOptions":
@@ -98,6 +110,7 @@ class _Build:
     outcome: TuneOutcome
     plan: Plan
     by_root: dict[int, GraphTask]
+    decision: str = ""
 
 
 def _open_db(db: Any) -> Any:
@@ -118,17 +131,91 @@ def lower_graph(captured: Captured, force_fallback: frozenset[str] = frozenset()
     return sink_views(lowerer.run().pruned())
 
 
+@dataclass
+class _Variant:
+    """One cut of the graph and its kernels' tasks."""
+
+    name: str
+    partition: Partition
+    legal: list[Any]
+    illegal: list[Any]
+    tasks: list[GraphTask]
+
+    def estimate(self, outcome: TuneOutcome) -> float:
+        """Seconds per call of its kernels by their measured times (nan when one is unknown)."""
+        return sum(t.weight * best_time(outcome.built.get(t.key)) for t in self.tasks)
+
+
+def _variants(graph: Graph, options: CompileOptions, target: Any) -> list[_Variant]:
+    out: list[_Variant] = []
+    for fuse in {"fuse": (True,), "materialize": (False,), "measure": (True, False)}[options.prologues]:
+        partition = default_partition(graph, target.legal, multi_anchor=target.multi_anchor, prologues=fuse)
+        if out and partition == out[0].partition:
+            continue  # nothing to decide
+        specs = partition.kernels(graph)
+        legal = [s for s in specs if target.legal(graph, frozenset(s.nodes))]
+        out.append(_Variant("prologues fused" if fuse else "prologues materialized", partition, legal,
+                            [s for s in specs if s not in legal], collect_tasks(graph, legal)))
+    return out
+
+
+def _union(variants: Sequence[_Variant]) -> list[GraphTask]:
+    tasks: dict[str, GraphTask] = {}
+    for v in variants:
+        for t in v.tasks:
+            tasks.setdefault(t.key, t)
+    return list(tasks.values())
+
+
+def _choose(variants: Sequence[_Variant], outcome: TuneOutcome) -> tuple[_Variant, str]:
+    """The variant whose kernels take least by their measured times, and what was decided."""
+    if len(variants) == 1:
+        return variants[0], ""
+    from ..progress import format_time
+    costs = [v.estimate(outcome) for v in variants]
+    known = [(c, i) for i, c in enumerate(costs) if c == c]
+    pick = min(known)[1] if known else 0
+    said = ", ".join(f"{v.name} {format_time(c)}" for v, c in zip(variants, costs))
+    return variants[pick], f"{variants[pick].name} (kernel time per call: {said})"
+
+
+def _tune(tasks: Sequence[GraphTask], options: CompileOptions, target: Any, db: Any) -> TuneOutcome:
+    return tune_tasks(tasks, target, db=db, budget=options.budget, seed=options.seed, retune=options.retune,
+                      progress=_progress(options.progress), policy=options.policy,
+                      trials_per_round=options.trials_per_round)
+
+
+def tune_graphs(captures: Sequence[Captured], options: CompileOptions) -> TuneOutcome:
+    """Tune the kernels of several graphs of one model under one budget: a kernel that
+    occurs in several graphs is one task, weighted by all its occurrences, and the task
+    scheduler spends `options.budget` where the whole model gains most. `compile_graph`
+    then builds each graph from the outcome (`tuned=`)."""
+    target = make_target(options.target or captures[0].device_type,
+                         **({"jobs": options.jobs} if options.jobs else {}))
+    try:
+        tasks: dict[str, GraphTask] = {}
+        for captured in captures:
+            for task in _union(_variants(lower_graph(captured, options.force_fallback), options, target)):
+                if task.key in tasks:
+                    tasks[task.key].occurrences.extend(task.occurrences)
+                else:
+                    tasks[task.key] = task
+        return _tune(list(tasks.values()), options, target, _open_db(options.db))
+    finally:
+        target.close()
+
+
 def _build(captured: Captured, options: CompileOptions, target: Any, db: Any,
-           reference_tasks: set[str]) -> _Build:
+           reference_tasks: set[str], tuned: TuneOutcome | None = None) -> _Build:
     graph = lower_graph(captured, options.force_fallback)
-    partition = default_partition(graph, target.legal, multi_anchor=target.multi_anchor)
-    specs = partition.kernels(graph)
-    legal = [s for s in specs if target.legal(graph, frozenset(s.nodes))]
-    illegal = [s for s in specs if s not in legal]
-    tasks = collect_tasks(graph, legal)
-    outcome = tune_tasks(tasks, target, db=db, budget=options.budget, seed=options.seed, retune=options.retune,
-                         progress=_progress(options.progress), policy=options.policy,
-                         trials_per_round=options.trials_per_round)
+    variants = _variants(graph, options, target)
+    tasks = _union(variants)
+    if tuned is None:
+        outcome = _tune(tasks, options, target, db)
+    else:  # tuned with the model's other graphs; what that did not cover (a changed graph) is tuned here
+        outcome = tuned.joined(_tune([t for t in tasks if not tuned.covers(t.key)], options, target, db))
+    chosen, decision = _choose(variants, outcome)
+    partition, illegal, tasks = chosen.partition, chosen.illegal, chosen.tasks
     steps: list[KernelStep] = []
     kernels: list[KernelGraph] = []
     by_root: dict[int, GraphTask] = {}
@@ -150,11 +237,12 @@ def _build(captured: Captured, options: CompileOptions, target: Any, db: Any,
         kernels.append(k)
         steps.append(reference_step(k, f"no kernel pattern @{s.root}"))
     plan = Plan.of(graph, steps, target.device, aliases=partition.aliases(graph))
-    return _Build(graph, partition, tasks, kernels, outcome, plan, by_root)
+    return _Build(graph, partition, tasks, kernels, outcome, plan, by_root, decision)
 
 
-def compile_graph(captured: Captured, options: CompileOptions) -> CompiledGraph:
-    """Compile one captured graph (see the module docstring)."""
+def compile_graph(captured: Captured, options: CompileOptions, tuned: TuneOutcome | None = None) -> CompiledGraph:
+    """Compile one captured graph (see the module docstring); `tuned`: the outcome of
+    `tune_graphs` over this graph and the model's others."""
     start = time.perf_counter()
     target = make_target(options.target or captured.device_type, **({"jobs": options.jobs} if options.jobs else {}))
     if (target.name == "cuda") != (captured.device_type == "cuda") and target.device != captured.device_type:
@@ -165,7 +253,7 @@ def compile_graph(captured: Captured, options: CompileOptions) -> CompiledGraph:
     opts = options
     try:
         for _attempt in range(8):
-            b = _build(captured, opts, target, db, reference_tasks)
+            b = _build(captured, opts, target, db, reference_tasks, tuned)
             result = _check(b, captured) if opts.check else CheckResult(())
             if result.ok:
                 break
@@ -229,13 +317,10 @@ def _report(b: _Build, target: str, captured: Captured, result: CheckResult, ref
             source = "records"
         else:
             source = "tuned"
-        built = out.built.get(task.key)
-        best = getattr(built, "time", None)
-        if best is None:
-            best = getattr(getattr(built, "tuning", None), "best_time", float("nan"))
-        tasks.append(TaskReport(task.label, task.weight, out.trials.get(task.key, 0), float(best), source,
-                                per_task.get(task.key, 0.0), task.key))
+        tasks.append(TaskReport(task.label, task.weight, out.trials.get(task.key, 0),
+                                best_time(out.built.get(task.key)), source, per_task.get(task.key, 0.0), task.key))
     fallbacks = [FallbackReport(op, reason, len(ts), sum(ts)) for (op, reason), ts in per_op.items()]
     return CompileReport(target, tasks, fallbacks, other, b.outcome.seconds, seconds, len(b.kernels),
-                         sum(n.kind == "te" for n in b.graph), result.describe())
+                         sum(n.kind == "te" for n in b.graph), result.describe(),
+                         decisions=[b.decision] if b.decision else [])
 

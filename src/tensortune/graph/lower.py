@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .ir import Graph, Node, OutputRef, ValueInfo
+from .ir import Graph, Node, OutputRef, ValueInfo, itemsize
 from .lowering import rule_for
 from .lowering.context import LoweringContext, Unsupported, Val
 
-FOLD_LIMIT = 1 << 22  # elements: a constant subgraph with a larger result is computed at run time
+FOLD_LIMIT = 16 << 20  # bytes: a constant subgraph with a larger result is computed at run time
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class Lowerer:
         if all(d in self.folded for d in deps) and self._foldable(node):
             self.folded[node] = self._fold(node)
             return
-        rule = rule_for(target)
+        rule = rule_for(_functional(node))
         if rule is None or node.name in self.force_fallback:
             reason = "no lowering rule" if rule is None else "its lowering disagreed with ATen on this model"
             self.env[node] = self._fallback(node, reason=reason)
@@ -169,7 +169,7 @@ class Lowerer:
         if hasattr(target, "tags") and torch.Tag.nondeterministic_seeded in target.tags:
             return False
         info = info_of(node.meta.get("val"))
-        return info is None or info.numel <= FOLD_LIMIT
+        return info is None or info.numel * itemsize(info.dtype) <= FOLD_LIMIT
 
     def _fold(self, node: Any) -> Any:
         import torch
@@ -259,6 +259,24 @@ class _Item:
 
     def __call__(self, value: Any) -> Any:
         return value[self.index]
+
+
+def _functional(node: Any) -> Any:
+    """The op of `node`, or the out-of-place op of an in-place one that updates a value
+    nothing else reads (decompositions applied after functionalization leave such ops,
+    as RMS norm's `add_` of its epsilon): there the two compute the same."""
+    import torch
+    import torch.fx as fx
+    target = node.target
+    packet = getattr(target, "overloadpacket", None)
+    name = getattr(packet, "__name__", "")
+    if not name.endswith("_") or name.endswith("__") or not node.args:
+        return target
+    first = node.args[0]
+    if not isinstance(first, fx.Node) or first.op != "call_function" or len(first.users) != 1:
+        return target
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(packet, target._overloadname, target) if packet is not None else target
 
 
 def _flat(x: Any) -> list[Any]:

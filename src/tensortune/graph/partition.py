@@ -212,11 +212,14 @@ class _Groups:
         return any(self.graph.nodes[m].role == "contraction" for m in self.members[g])
 
 
-def default_partition(graph: Graph, legal: Legal, *, multi_anchor: bool = False) -> Partition:
+def default_partition(graph: Graph, legal: Legal, *, multi_anchor: bool = False,
+                      prologues: bool = True) -> Partition:
     """The rule-based cut (see the module docstring); `legal(graph, nodes)` says whether
     a set of stages makes one kernel on the target; `multi_anchor` also tries a
     contraction, the reductions after it and the contraction after those as one kernel
-    (fused attention), where the target has such a kernel."""
+    (fused attention), where the target has such a kernel; `prologues=False` keeps cheap
+    elementwise work that several kernels read (a norm's scaling) in a kernel of its own
+    instead of recomputing it in the loads of the contractions that read it."""
     floating = floating_nodes(graph)
     groups = _Groups(graph, floating, legal)
     edges = te_edges(graph)
@@ -236,7 +239,7 @@ def default_partition(graph: Graph, legal: Legal, *, multi_anchor: bool = False)
                     continue  # a matmul reads a reshape of another kernel's output: an alias, not index arithmetic
                 if groups.try_merge([gc, gp]):
                     changed = True
-    _dissolve(graph, groups)
+    _dissolve(graph, groups, prologues)
     if multi_anchor:
         _merge_chains(graph, groups)
     fused = {(p, c) for p, c in edges if p in floating or
@@ -244,7 +247,7 @@ def default_partition(graph: Graph, legal: Legal, *, multi_anchor: bool = False)
     return Partition(frozenset(fused))
 
 
-def _dissolve(graph: Graph, groups: _Groups) -> None:
+def _dissolve(graph: Graph, groups: _Groups, into_contractions: bool = True) -> None:
     """Cheap elementwise work left in a kernel of its own (a cast or a norm's scaling read
     by kernels that could not take it whole: a rows kernel and the matmuls after it) is
     computed in each of its readers instead, where every reader stays a kernel."""
@@ -262,6 +265,8 @@ def _dissolve(graph: Graph, groups: _Groups) -> None:
             if not readers or any(c not in groups.group for c in readers):
                 continue
             targets = {groups.group[c] for c in readers}
+            if not into_contractions and any(groups.has_contraction(t) for t in targets):
+                continue
             if any(n.alias and groups.anchored(n.id) for n in nodes) and any(
                     groups.has_contraction(t) for t in targets):
                 continue  # a reshape of a kernel's output stays an alias of its buffer

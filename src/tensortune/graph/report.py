@@ -58,6 +58,7 @@ class CompileReport:
     nodes: int = 0
     check: str = ""
     graphs: int = 1
+    decisions: list[str] = field(default_factory=list)  # cuts chosen by measurement (`prologues="measure"`)
 
     @property
     def kernel_time(self) -> float:
@@ -84,7 +85,7 @@ class CompileReport:
         lines = [f"{self.kernels} kernels ({len(self.tasks)} tasks) from {self.nodes} stages on {self.target}; "
                  f"tuned in {self.tuning_seconds:.1f} s, compiled in {self.compile_seconds:.1f} s",
                  f"{self.kernel_share:.1%} of {format_time(self.total_time)} per call in tensortune kernels; "
-                 f"check: {self.check}"]
+                 f"check: {self.check}"] + [f"cut: {d}" for d in self.decisions]
         total = self.total_time or 1.0
         for t in sorted(self.tasks, key=lambda t: -t.time):
             lines.append(f"  {t.time / total:6.1%}  x{t.weight:<3d} {t.label:40s} {t.trials:4d} trials  "

@@ -23,7 +23,7 @@ from .ir import Graph
 from .kernel import KernelGraph, build_kernel, gpu_kind, stage_nodes
 from .runtime import KernelStep
 
-KINDS = ("contraction", "rows", "elementwise")
+KINDS = ("contraction", "grouped_conv", "rows", "elementwise")
 
 
 def kernel_kind(graph: Graph, nodes: frozenset[int], cache: dict[str, str | None] | None = None) -> str | None:

@@ -37,6 +37,24 @@ class TuneOutcome:
     trials: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
+    def covers(self, key: str) -> bool:
+        return key in self.searches
+
+    def joined(self, other: "TuneOutcome") -> "TuneOutcome":
+        """This outcome with `other`'s tasks added (the seconds are `other`'s: this one's
+        were spent and reported before)."""
+        return TuneOutcome({**self.built, **other.built}, {**self.searches, **other.searches},
+                           self.from_db | other.from_db, {**self.failed, **other.failed},
+                           {**self.trials, **other.trials}, other.seconds)
+
+
+def best_time(built: Any) -> float:
+    """A built kernel's measured seconds (nan when it has none)."""
+    t = getattr(built, "time", None)
+    if t is None:
+        t = getattr(getattr(built, "tuning", None), "best_time", None)
+    return float("nan") if t is None else float(t)
+
 
 def split_budget(budget: int | None, tasks: int) -> int:
     """The trials for `tasks` tasks: the budget, at least one trial each (default 32 each)."""

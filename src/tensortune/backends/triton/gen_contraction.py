@@ -14,7 +14,7 @@ per SM looping over tiles), TMA (operand tiles loaded by Hopper's tensor memory
 accelerator through device-side tensor descriptors, when both factors are plain
 row-major reads; TMA_STORE also stores the output tile through one), EPILOGUE_SPLIT (the
 epilogue applied to two column halves of the accumulator, fewer live registers),
-num_warps and num_stages.
+TAIL_SPLIT (the last wave's tiles split along K, `wave.py`), num_warps and num_stages.
 
 Example:
     >>> from tensortune.te import workloads
@@ -37,6 +37,7 @@ from ...te.tensor import Tensor
 from .exprgen import TL_TYPES, Emitter
 from .patterns import ACC, ContractionPlan
 from .relayout import relayout, relayout_kernel, relayout_targets
+from .wave import WAVE_HELPER, fixup_lines, tail_prologue
 from .source import (ALLOCATOR_HELPER, NUM_SMS_HELPER, CodegenError, GenOptions, KernelSource, cdiv, decompose,
                      indent, kernel_args, module_text, names_of, ranges_of, shapes_of)
 
@@ -95,8 +96,8 @@ def tma_operands(plan: ContractionPlan, options: GenOptions) -> tuple[TensorRead
 
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
     c = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 1, "PERSISTENT": False,
-         "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "RELAYOUT": False, "num_warps": 4,
-         "num_stages": 3}
+         "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "RELAYOUT": False, "TAIL_SPLIT": 1,
+         "num_warps": 4, "num_stages": 3}
     unknown = set(config) - set(c)
     if unknown:
         raise CodegenError(f"unknown contraction parameter(s) {sorted(unknown)}; known: {sorted(c)}")
@@ -109,14 +110,20 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
         raise CodegenError("GROUP_M and SPLIT_K must be at least 1")
     if c["SPLIT_K"] > 1 and c["PERSISTENT"]:
         raise CodegenError("SPLIT_K > 1 is not combined with PERSISTENT")
+    if not isinstance(c["TAIL_SPLIT"], int) or c["TAIL_SPLIT"] < 1:
+        raise CodegenError(f"TAIL_SPLIT={c['TAIL_SPLIT']!r} must be a positive integer")
+    if c["TAIL_SPLIT"] > 1 and (c["SPLIT_K"] > 1 or c["TMA_STORE"]):
+        raise CodegenError("TAIL_SPLIT > 1 is not combined with SPLIT_K or TMA_STORE")
     return c
 
 
 def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], options: GenOptions) -> KernelSource:
     c = _config(config)
     bm, bn, bk, group, split = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["GROUP_M"], c["SPLIT_K"]
-    halves = c["EPILOGUE_SPLIT"]
+    halves, tail = c["EPILOGUE_SPLIT"], c["TAIL_SPLIT"]
     nb, m, n, _ = plan.sizes
+    if tail > 1 and nb > 1:
+        raise CodegenError("TAIL_SPLIT > 1 needs a contraction without batch axes")
     if nb > 65535 and not c["PERSISTENT"]:
         raise CodegenError(f"{nb} batch entries exceed the launch grid's second dimension; use PERSISTENT")
     if halves not in (1, 2) or (halves == 2 and (bn < 32 or split > 1)):
@@ -215,7 +222,11 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
         if not even_k:
             loop += [f"{a_name} = tl.where(k_ok_a, {a_name}, 0)", f"{b_name} = tl.where(k_ok_b, {b_name}, 0)"]
         loop += [f"acc = tl.dot({a_name}, {b_name}, acc{precision})"]
-    if split == 1:
+    if tail > 1:
+        if tail > iters:
+            raise CodegenError(f"TAIL_SPLIT={tail} exceeds the {iters} steps of the K loop")
+        k_lo, k_hi = "k_lo", "k_hi"
+    elif split == 1:
         k_lo, k_hi = "0", str(iters)
     else:
         k_lo = f"pid_k * {chunk}"
@@ -224,7 +235,11 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
              f"for it in range({k_lo}, {k_hi}):", *indent(loop, 1)]
 
     # -- epilogue ------------------------------------------------------------------------------
-    if split == 1:
+    if tail > 1:
+        tile += fixup_lines(tail, bm, bn, "p_tws", "p_tcnt")
+        tile += ["if done:", *indent(_epilogue(plan, pointers, storage, ranges, shapes, out_arg, bm, bn, m, n, even_m,
+                                               even_n, halves, tma_store), 1)]
+    elif split == 1:
         tile += _epilogue(plan, pointers, storage, ranges, shapes, out_arg, bm, bn, m, n, even_m, even_n,
                           halves, tma_store)
     else:
@@ -248,17 +263,25 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
             descriptors.append(f"c_desc = tl.make_tensor_descriptor({out_arg.pointer}, shape=[{m}, {n}], "
                                f"strides=[{n}, 1], block_shape=[{bm}, {bn // halves}])")
     rl_params = [f"p_rl{i}" for i in range(len(copies))]
-    params = ", ".join([a.pointer for a in args] + rl_params + (["p_ws"] if split > 1 else []))
+    params = ", ".join([a.pointer for a in args] + rl_params + (["p_ws"] if split > 1 else [])
+                       + (["p_tws", "p_tcnt", "dp_tiles"] if tail > 1 else []))
     body: list[str] = list(descriptors)
-    if c["PERSISTENT"]:
+    if c["PERSISTENT"] and tail > 1:
+        body += [f"for pid0 in tl.range(tl.program_id(0), dp_tiles + ({tiles} - dp_tiles) * {tail}, "
+                 "tl.num_programs(0)):",
+                 *indent(["pid_b = 0", *tail_prologue(tail, iters), *tile], 1)]
+    elif c["PERSISTENT"]:
         body += [f"for tile in tl.range(tl.program_id(0), {tiles * nb}, tl.num_programs(0), flatten=True):",
                  *indent([f"pid_b = tile // {tiles}", f"pid = tile % {tiles}", *tile], 1)]
+    elif tail > 1:
+        body += ["pid0 = tl.program_id(0)", "pid_b = tl.program_id(1)", *tail_prologue(tail, iters), *tile]
     else:
         body += ["pid = tl.program_id(0)", "pid_b = tl.program_id(1)"]
         if split > 1:
             body += ["pid_k = tl.program_id(2)"]
         body += tile
-    kernels = ["@triton.jit\n" + f"def tt_contraction({params}):\n" + "\n".join(indent(body, 1))]
+    jit = '@triton.jit(do_not_specialize=["dp_tiles"])' if tail > 1 else "@triton.jit"
+    kernels = [jit + "\n" + f"def tt_contraction({params}):\n" + "\n".join(indent(body, 1))]
     names = ["tt_contraction"]
     opts = f"num_warps={c['num_warps']}, num_stages={c['num_stages']}"
     call_args = ", ".join([a.pointer for a in args] + [f"rl{i}" for i in range(len(copies))])
@@ -274,11 +297,26 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
                    f"tt_relayout{i}[{grid}]({src}, rl{i}, num_warps=4, num_stages=1)"]
         pre += [f"rl{i} = {src}"]  # precompile gets dtypes: the copy has its source's
         warm_rl.append(f"tt_relayout{i}.warmup({src}, {src}, grid=(1,), num_warps=4, num_stages=1)")
-    if c["PERSISTENT"]:
+    if c["PERSISTENT"] and tail == 1:
         launch += [f"grid = (min({tiles * nb}, _num_sms({out_arg.pointer})),)"]
-    else:
+    elif tail == 1:
         launch += [f"grid = ({tiles}, {nb}, {split})"]
-    if split > 1:
+    if tail > 1:
+        compiled = f"lambda: tt_contraction.warmup({call_args}, torch.float32, torch.int32, 0, grid=(1,), {opts})"
+        work = f"dp_tiles + ({tiles} - dp_tiles) * {tail}"
+        if c["PERSISTENT"]:
+            launch += [f"slots = _num_sms({out_arg.pointer})"]
+        else:
+            launch += [f"slots = _wave_slots({out_arg.pointer}, {compiled}, {c['num_warps']})"]
+        launch += [f"dp_tiles = {tiles} - {tiles} % slots",
+                   f"tws = torch.empty(max(1, {tiles} - dp_tiles) * {tail * bm * bn}, dtype=torch.float32, "
+                   f"device={out_arg.pointer}.device)",
+                   f"grid = ({f'min({work}, slots)' if c['PERSISTENT'] else work}, 1, 1)",
+                   f"tt_contraction[grid]({call_args}, tws, _tail_counters({out_arg.pointer}, {tiles}), dp_tiles, "
+                   f"{opts})"]
+        pre += [f"return [tt_contraction.warmup({call_args}, torch.float32, torch.int32, 0, grid=(1,), {opts})"
+                + "".join(f", {w}" for w in warm_rl) + "]"]
+    elif split > 1:
         total = nb * m * n
         launch += [f"ws = torch.empty({split * total}, dtype=torch.float32, device={out_arg.pointer}.device)",
                    f"tt_contraction[grid]({call_args}, ws, {opts})",
@@ -292,7 +330,8 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
         launch += [f"tt_contraction[grid]({call_args}, {opts})"]
         pre += [f"return [tt_contraction.warmup({call_args}, grid=(1,), {opts})" + "".join(f", {w}" for w in warm_rl)
                 + "]"]
-    helpers = (NUM_SMS_HELPER if c["PERSISTENT"] else []) + (ALLOCATOR_HELPER if tma else [])
+    helpers = ((NUM_SMS_HELPER if c["PERSISTENT"] else []) + (ALLOCATOR_HELPER if tma else [])
+               + (WAVE_HELPER if tail > 1 else []))
     text = module_text(plan, c, kernels, launch, pre, args, helpers)
     return KernelSource(text, tuple(a.name for a in args), tuple(a.dtype for a in args), tuple(names), c)
 

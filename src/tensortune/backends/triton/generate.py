@@ -23,9 +23,11 @@ from typing import Any
 
 from .gen_attention import generate_attention
 from .gen_contraction import generate_contraction
+from .gen_conv import generate_grouped_conv
 from .gen_rows import generate_elementwise, generate_rows
 from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, RowsPlan
 from .patterns_attention import AttentionPlan
+from .patterns_conv import GroupedConvPlan
 from .source import GenOptions, KernelSource
 
 _LOADED: dict[str, ModuleType] = {}
@@ -38,6 +40,8 @@ def generate(plan: GpuPlan, config: Mapping[str, Any], options: GenOptions | Non
         return generate_contraction(plan, config, options)
     if isinstance(plan, AttentionPlan):
         return generate_attention(plan, config, options)
+    if isinstance(plan, GroupedConvPlan):
+        return generate_grouped_conv(plan, config, options)
     if isinstance(plan, RowsPlan):
         return generate_rows(plan, config, options)
     if isinstance(plan, ElementwisePlan):

@@ -1,4 +1,5 @@
-"""Which GPU kernel an expression graph becomes: a contraction, attention, a row reduction, or elementwise.
+"""Which GPU kernel an expression graph becomes: a contraction, a grouped convolution, attention,
+a row reduction, or elementwise.
 
 Every stage without a reduction (casts, bias adds, activations, padding, scaling) is
 inlined into the stages that read it, so what is left is the output expression over
@@ -14,6 +15,9 @@ the reductions it reads. Then:
 - **rows**: reductions over the same trailing ("column") axes for each leading ("row")
   index, possibly reading each other (softmax, layer and RMS norm, matrix-vector); one
   kernel per block of rows, in one pass or looping over column blocks.
+- **grouped_conv**: a windowed sum whose weight factor misses the pixel axes (depthwise and
+  grouped convolutions, `patterns_conv.py`): channels and pixels in blocks, the window
+  unrolled; wide groups become a contraction batched over the groups.
 - **attention**: a sum over keys of softmax weights (of a scores contraction) times values,
   one flash-attention kernel (`patterns_attention.py`).
 - **elementwise**: no reduction at all.
@@ -230,6 +234,11 @@ def analyze(outputs: Tensor | Sequence[Tensor]) -> GpuPlan:
     if contraction is not None:
         return contraction
     from .patterns_attention import match_attention
+    from .patterns_conv import match_grouped_conv
+
+    grouped = match_grouped_conv(out, out_axes, value, inputs)
+    if grouped is not None:
+        return grouped
 
     attention = match_attention(out, out_axes, value, inputs)
     if attention is not None:

@@ -13,7 +13,11 @@ kernel its BLOCK. Attention chooses BLOCK_M queries and BLOCK_N keys per step, w
 pipeline stages, SPLIT_KV (keys shared among programs when the queries alone cannot
 fill the GPU, as in a decode step), TMA (tiles loaded through tensor descriptors) and,
 when causal, MASK_SPLIT (blocks below the diagonal looped without the mask) and
-REVERSE_M (the longest query blocks first).
+REVERSE_M (the longest query blocks first). A contraction whose last wave of tiles would
+leave most multiprocessors idle may split that wave's tiles along K (TAIL_SPLIT, seeded
+with the split that fills it). A depthwise or grouped convolution chooses BLOCK_P
+pixels and BLOCK_C channels per program, seeded apart for channels-first and
+channels-last outputs.
 `seeds` are rules-of-thumb points
 measured first, so the search starts from sensible kernels (as Ansor's sketch rules
 start from sensible structures).
@@ -34,6 +38,7 @@ from typing import Any
 from ...space import Categorical, Config, Ordinal, PowerOfTwo, Space
 from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, RowsPlan
 from .patterns_attention import AttentionPlan
+from .patterns_conv import GroupedConvPlan
 from .source import GenOptions
 
 H100_SMS = 132
@@ -63,6 +68,8 @@ def sketch(plan: GpuPlan, options: GenOptions | None = None, sms: int = H100_SMS
         return _contraction(plan, options, sms)
     if isinstance(plan, AttentionPlan):
         return _attention(plan, options, sms)
+    if isinstance(plan, GroupedConvPlan):
+        return _grouped_conv(plan)
     if isinstance(plan, RowsPlan):
         return _rows(plan)
     if isinstance(plan, ElementwisePlan):
@@ -84,6 +91,7 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     split = [1]
     if tiles_128 < sms and k >= 1024:
         split = [1, 2, 4, 8, 16]
+    tails = [1, 2, 3, 4, 6, 8] if nb == 1 and tiles_128 >= sms // 2 and k >= 1024 else [1]
     params = [
         PowerOfTwo("BLOCK_M", 16, top_m),
         PowerOfTwo("BLOCK_N", 16, top_n),
@@ -97,6 +105,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         Ordinal("num_warps", [2, 4, 8]),
         Ordinal("num_stages", [2, 3, 4, 5]),
     ]
+    if tails != [1]:
+        params.append(Ordinal("TAIL_SPLIT", tails))
     relayouts = [True, False] if relayout_targets(plan) else [False]
     if relayouts != [False]:  # a parameter only where it can change something
         params.append(Categorical("RELAYOUT", relayouts))
@@ -111,6 +121,9 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         "EPILOGUE_SPLIT == 1 or (BLOCK_N >= 32 and SPLIT_K == 1)",
         f"SPLIT_K * BLOCK_K <= {max(16, k)}",
     ]
+    if tails != [1]:
+        constraints += ["TAIL_SPLIT == 1 or (SPLIT_K == 1 and not TMA_STORE)",
+                        f"TAIL_SPLIT * BLOCK_K <= {k}"]
     space = Space(params, constraints=constraints)
     tiles = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3),
              (256, 128, 64, 8, 3),
@@ -128,13 +141,36 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
                "EPILOGUE_SPLIT": 2 if store else 1, "num_warps": w, "num_stages": s}
         if "RELAYOUT" in space.names:
             cfg["RELAYOUT"] = relayout
+        if "TAIL_SPLIT" in space.names:
+            cfg["TAIL_SPLIT"] = 1
         if split != [1]:
             want = max(1, min(16, sms // max(1, nb * -(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]))))
             cfg["SPLIT_K"] = max(v for v in split if v <= want)
             cfg["PERSISTENT"] = False if cfg["SPLIT_K"] > 1 else persistent
             cfg["EPILOGUE_SPLIT"] = 1 if cfg["SPLIT_K"] > 1 else cfg["EPILOGUE_SPLIT"]
         _add(space, seeds, cfg)
+    if tails != [1]:  # the first tiles again with the last wave split, where it is mostly idle
+        tail_seeds: list[Config] = []
+        for cfg in seeds[:8]:
+            want = _tail_split(cfg, m, n, k_inner, item, sms, tails)
+            if want > 1:
+                _add(space, tail_seeds, {**cfg, "TAIL_SPLIT": want, "TMA_STORE": False, "EPILOGUE_SPLIT": 1})
+        seeds = seeds[:2] + tail_seeds[:4] + seeds[2:]
     return Sketch(plan, space, tuple(seeds[:10]))
+
+
+def _tail_split(cfg: Config, m: int, n: int, k_inner: int, item: int, sms: int, tails: list[int]) -> int:
+    """The TAIL_SPLIT that fills the last wave of a tiling (1 when that wave is mostly busy, or
+    its idle slots are under 5% of the whole kernel's)."""
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    smem = (bm * bk + bk * bn) * item * cfg["num_stages"]
+    slots = sms if cfg["PERSISTENT"] else sms * max(1, min(2, SHARED_BYTES // max(1, smem)))
+    tiles = -(-m // bm) * -(-n // bn)
+    last = tiles % slots
+    idle = (slots - last) / slots / -(-tiles // slots)  # the share of the kernel's slot time left idle
+    if last == 0 or last > slots // 2 or idle < 0.05:
+        return 1
+    return max(t for t in tails if t <= max(1, slots // last) and t * bk <= k_inner)
 
 
 def _tma_store_ok(plan: ContractionPlan, options: GenOptions) -> bool:
@@ -205,6 +241,33 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
         _add(space, seeds, {"BLOCK_M": bm, "BLOCK_N": bn, "SPLIT_KV": split, "MASK_SPLIT": True, "REVERSE_M": reverse,
                             "TMA": with_tma, "num_warps": w, "num_stages": st})
     return Sketch(plan, space, tuple(seeds[:10]))
+
+
+def _grouped_conv(plan: GroupedConvPlan) -> Sketch:
+    """Channels-last outputs want wide channel blocks (loads along channels), channels-first
+    ones long pixel blocks (loads along image rows); both are in the space, seeded apart."""
+    pixels, channels, group, _ = plan.sizes
+    top_p = min(2048, max(16, _pow2_at_least(pixels)))
+    top_c = min(256, _pow2_at_least(channels))
+    params = [
+        PowerOfTwo("BLOCK_P", min(8, top_p), top_p),
+        PowerOfTwo("BLOCK_C", 1, top_c),
+        Ordinal("num_warps", [1, 2, 4, 8]),
+        Ordinal("num_stages", [1, 2, 3] if group > 1 else [1]),
+    ]
+    constraints = ["BLOCK_P * BLOCK_C <= num_warps * 32 * 32", "BLOCK_P * BLOCK_C >= num_warps * 32"]
+    space = Space(params, constraints=constraints)
+    if plan.channels_last:
+        tiles = ((32, 64, 4), (16, 128, 4), (64, 64, 8), (64, 32, 4), (128, 32, 8), (16, 64, 2), (8, 128, 4),
+                 (32, 128, 8))
+    else:
+        tiles = ((512, 2, 4), (1024, 1, 4), (256, 4, 4), (1024, 2, 8), (512, 4, 8), (256, 1, 2), (128, 8, 4),
+                 (2048, 1, 8))
+    seeds: list[Config] = []
+    for bp, bc, warps in tiles:
+        _add(space, seeds, {"BLOCK_P": min(bp, top_p), "BLOCK_C": min(bc, top_c), "num_warps": warps,
+                            "num_stages": 1})
+    return Sketch(plan, space, tuple(seeds[:8]))
 
 
 def _rows(plan: RowsPlan) -> Sketch:

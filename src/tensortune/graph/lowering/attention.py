@@ -73,6 +73,11 @@ def attention(ctx: LoweringContext, q: Val, k: Val, v: Val, mask: Val | None, dr
 
     s = ctx.stage(scores, [q, k], ValueInfo((b, h, sq, skv), q.dtype), op="attention.scores")
     shape = (b, h, sq, skv)
+    offset = 0
+    if mask is not None and ctx.graph.nodes[mask.node].kind == "constant" and not is_causal:
+        found = causal_offset(ctx.graph.nodes[mask.node].value, sq, skv)
+        if found is not None:  # a causal mask given as data (as Hugging Face builds it): kept as a bound
+            mask, is_causal, offset = None, True, found
     inputs = [s] + ([mask] if mask is not None else [])
     neg_inf = float("-inf")
 
@@ -87,7 +92,8 @@ def attention(ctx: LoweringContext, q: Val, k: Val, v: Val, mask: Val | None, dr
                 else:
                     x = x + te.cast(m, "float32")
             if is_causal:  # torch's is_causal: the diagonal from the top left
-                keep = (j <= i) if keep is None else te.all(j <= i, keep)
+                bound = j <= (i + offset if offset else i)
+                keep = bound if keep is None else te.all(bound, keep)
             return x if keep is None else te.select(keep, x, neg_inf)
         return te.compute(shape, body, name=name, axis_names=["i0", "i1", "i2", "i3"])
 
@@ -106,3 +112,43 @@ def attention(ctx: LoweringContext, q: Val, k: Val, v: Val, mask: Val | None, dr
                           name=name, axis_names=["i0", "i1", "i2", "i3"])
 
     return ctx.stage(output, [p, v], ValueInfo((b, h, sq, dv), q.dtype), op="attention.output")
+
+
+def causal_offset(mask: Any, sq: int, skv: int) -> int | None:
+    """The `c` for which a constant attention mask keeps exactly the keys `j <= i + c` of
+    every query `i` (the same for every batch and head), or None. A boolean mask keeps
+    where it is true; an additive one where it is 0, and must be -inf or below half the
+    dtype's lowest value elsewhere, with every query keeping some key (so the bound and
+    the mask give the same softmax).
+
+    Example:
+        >>> causal_offset(torch.ones(4, 6, dtype=torch.bool).tril(2), 4, 6)
+        2
+        >>> padding = torch.ones(4, 6, dtype=torch.bool)
+        >>> padding[:, 4:] = False
+        >>> causal_offset(padding, 4, 6) is None
+        True
+    """
+    if not isinstance(mask, torch.Tensor) or mask.ndim < 2 or tuple(mask.shape[-2:]) != (sq, skv):
+        return None
+    if mask.dtype == torch.bool:
+        keep = mask
+    elif mask.is_floating_point():
+        masked = mask != 0
+        lowest = torch.finfo(mask.dtype).min / 2
+        if not bool(torch.all(~masked | (mask <= lowest))):
+            return None
+        keep = ~masked
+    else:
+        return None
+    rows = keep.reshape(-1, sq, skv)
+    first = rows[0]
+    c = int(first[0].sum()) - 1
+    if mask.dtype != torch.bool and c < 0:
+        return None
+    expected = torch.ones(sq, skv, dtype=torch.bool, device=first.device).tril(c)
+    if not bool(torch.equal(first, expected)) or not bool(torch.all(rows == first)):
+        return None
+    if mask.dtype != torch.bool and not bool(expected.any(dim=1).all()):
+        return None
+    return c
