@@ -16,7 +16,7 @@ from .triton_cmd import triton_group
 
 class _Commands(click.Group):
     """A database that cannot be used (corrupt, damaged part-way, read-only, an unwritable
-    export) and a missing optional extra are a message, not a traceback, in every subcommand."""
+    export), a missing optional extra and Ctrl-C are one line, not a traceback, in every subcommand."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
