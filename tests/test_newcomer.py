@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import tensortune as tt
+from tensortune.backends import CProblem
 from tensortune.db import Database
 from tensortune.frontends.c import c_workload
-from tensortune.backends import CProblem
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,7 +42,8 @@ def test_dir_shows_every_public_name_and_imports_nothing(tmp_path):
 
 def test_type_checkers_see_the_same_names_as_the_lazy_table():
     tree = ast.parse((ROOT / "src" / "tensortune" / "__init__.py").read_text())
-    guarded = [node for node in tree.body if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"]
+    guarded = [node for node in tree.body
+               if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING"]
     assert len(guarded) == 1
     imported = {}
     for node in guarded[0].body:

@@ -32,7 +32,7 @@ from ..db import Database, Target, Workload
 from ..measure import Timer
 from ..measure.main_guard import check_guarded
 from ..space import Space
-from ..tuner import Budget, TuneResult, Tuner, TuningFailed
+from ..tuner import Budget, Tuner, TuneResult, TuningFailed
 from .callable import open_db
 
 
