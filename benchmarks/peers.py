@@ -89,7 +89,7 @@ def main() -> None:
     raw = os.path.join(args.out, f"{args.name or name}.json")
     cli.main(["bench", "strategies", "--dataset", *datasets, "--budgets", args.budgets,
               "--repeats", str(repeats), "--jobs", str(args.jobs), "--strategies", ",".join([OURS, *peers]),
-              "--json", raw], standalone_mode=False)
+              "--output", raw], standalone_mode=False)
     with open(raw, encoding="utf-8") as f:
         payload = json.load(f)
     summary, budgets = payload["datasets"], payload["budgets"]

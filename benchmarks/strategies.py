@@ -59,19 +59,19 @@ def main() -> None:
                   "--jobs", str(args.jobs)]
     if not args.skip_strategies:
         cli.main([*strategies, "--repeats", str(args.repeats), "--strategies", f"auto,random,{others}",
-                  "--json", os.path.join(args.out, "strategies.json")], standalone_mode=False)
+                  "--output", os.path.join(args.out, "strategies.json")], standalone_mode=False)
     if args.held_out_seeds:
         cli.main([*strategies, "--repeats", "40", "--first-seed", "20", "--strategies", "auto,random",
-                  "--json", os.path.join(args.out, "strategies_seeds20-59.json")], standalone_mode=False)
+                  "--output", os.path.join(args.out, "strategies_seeds20-59.json")], standalone_mode=False)
     h100_spaces = os.path.join(here, "..", "docs", "benchmarks", "spaces")
     if args.hundred_seeds:
         cli.main([*strategies, h100_spaces, "--repeats", "100", "--strategies", "auto",
-                  "--json", os.path.join(args.out, "strategies_100seeds.json")], standalone_mode=False)
+                  "--output", os.path.join(args.out, "strategies_100seeds.json")], standalone_mode=False)
     if args.h100_spaces:
         cli.main(["bench", "strategies", "--dataset", h100_spaces,
                   "--budgets", "20,50,100,200", "--jobs", str(args.jobs), "--repeats", str(args.repeats),
                   "--strategies", "auto,random,model_based,local,annealing,genetic",
-                  "--json", os.path.join(args.out, "strategies_h100_spaces.json")], standalone_mode=False)
+                  "--output", os.path.join(args.out, "strategies_h100_spaces.json")], standalone_mode=False)
     if args.without_switches:
         without_switches(args, h100_spaces)
     if args.without_switches_held_out:
@@ -81,7 +81,7 @@ def main() -> None:
         for extra, name in (([], "strategies_model"), (["--objective", "regression"], "strategies_model_regression"),
                             (["--objective", "regression", "--max-depth", "7"],
                              "strategies_model_regression_depth7")):
-            cli.main([*model, *extra, "--json", os.path.join(args.out, f"{name}.json")], standalone_mode=False)
+            cli.main([*model, *extra, "--output", os.path.join(args.out, f"{name}.json")], standalone_mode=False)
 
 
 WITHOUT = {"evolutionary": {"explore_switches": False}}

@@ -76,7 +76,7 @@ def test_bench_strategies_runs_peers_side_by_side(tmp_path):
     path = _write_space(tmp_path / "small.json")
     out = tmp_path / "r.json"
     res = CliRunner().invoke(cli, ["bench", "strategies", "--dataset", path, "--budgets", "4,8", "--repeats", "3",
-                                   "--strategies", "auto,kt:pso,optuna:tpe", "--jobs", "1", "--json", str(out)])
+                                   "--strategies", "auto,kt:pso,optuna:tpe", "--jobs", "1", "--output", str(out)])
     assert res.exit_code == 0, res.output
     summary = json.loads(out.read_text())["datasets"]["small"]
     assert set(summary) == {"auto", "kt:pso", "optuna:tpe", "random"}

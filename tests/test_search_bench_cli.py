@@ -19,7 +19,7 @@ def test_bench_strategies_writes_nested_json_and_a_plot(pnpoly, tmp_path):
     out = tmp_path / "s.json"
     result = CliRunner().invoke(cli, ["bench", "strategies", "--dataset", pnpoly, "--budgets", "5,12",
                                       "--repeats", "2", "--first-seed", "3", "--strategies", "local=1", "--jobs", "1",
-                                      "--json", str(out)])
+                                      "--output", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
     per = data["datasets"]["pnpoly-RTX_3090"]
@@ -61,13 +61,13 @@ def test_a_file_that_is_not_a_kernel_tuner_cache_is_a_usage_error(tmp_path, comm
 def test_bench_model_reports_rank_quality(pnpoly, tmp_path):
     out = tmp_path / "m.json"
     result = CliRunner().invoke(cli, ["bench", "model", "--dataset", pnpoly, "--splits", "1",
-                                      "--json", str(out)])
+                                      "--output", str(out)])
     assert result.exit_code == 0, result.output
     quality = json.loads(out.read_text())["pnpoly-RTX_3090"]
     assert set(quality) >= {"kendall_tau", "top1_error_pct", "top5_error_pct"}
     assert quality["kendall_tau"] > 0.5
     regression = CliRunner().invoke(cli, ["bench", "model", "--dataset", pnpoly, "--splits", "1",
-                                          "--objective", "regression", "--print-json"])
+                                          "--objective", "regression", "--json"])
     assert regression.exit_code == 0, regression.output
     assert "pnpoly-RTX_3090" in regression.output
     assert json.loads(regression.output)["pnpoly-RTX_3090"]["kendall_tau"] != quality["kendall_tau"]

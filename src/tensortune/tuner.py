@@ -229,7 +229,7 @@ class Tuner:
         streak = 0  # environment failures in a row
         stopped = ""
         try:
-            with TuneProgress(self.budget.trials, self.description, self.progress) as bar:
+            with TuneProgress(self._planned_trials(prior), self.description, self.progress) as bar:
                 if best:
                     bar.update(best.time, advance=0)
                 while not stopped and not self._exhausted(charged, start):
@@ -281,6 +281,7 @@ class Tuner:
                 if late:
                     self.strategy.tell(late)
                     best = best_of(tuple(prior) + tuple(new))
+                bar.finish()
             status = "finished" if not stopped else "environment"
         finally:
             if self.db and session:
@@ -288,6 +289,19 @@ class Tuner:
         measured = sum(1 for r in new if not r.amends and not r.environment)
         return TuneResult(best, tuple(prior) + tuple(new), measured, time.perf_counter() - start,
                           session, reused=len(prior), stopped=stopped)
+
+    def _planned_trials(self, prior: Sequence[MeasureResult]) -> int | None:
+        """The trials the progress bar counts to: the budget's, or fewer when the space has
+        fewer configurations left; None for a time budget alone (no total is known)."""
+        if self.budget.trials is None:
+            return None
+        try:
+            if not self.space.size_is_exact:  # an estimate: the budget's number, ended at the real total
+                return self.budget.trials
+            left = self.space.size - len({r.config for r in prior})
+        except Exception:  # noqa: BLE001 - a space that cannot count itself: the budget's number
+            return self.budget.trials
+        return max(0, min(self.budget.trials, left))
 
     def _use_transfer(self) -> None:
         """Give a model-guided strategy a cost model pre-trained on the database's records

@@ -50,12 +50,20 @@ GPU_TARGETS = ("cuda", "gpu")
 
 @dataclass(frozen=True)
 class ScheduledKernel:
-    """A compiled, verified kernel found by the auto-scheduler; call it like `te.Kernel`."""
+    """A compiled, verified kernel found by the auto-scheduler; call it like `te.Kernel`.
 
-    kernel: Kernel
+    `time` (seconds per call) is the median of the winner's interleaved re-timing against
+    the other finalists (its record says `confirm` in `tensortune db best`) when `confirm`
+    is above 1, the default; otherwise, or when built from the records, the median of the
+    record it comes from. `gflops` is `flops / time`. `db best` ranks every record by its
+    own median and says what measured it, so a candidate timed fast once while searching
+    can stand above the confirmed winner there.
+    """
+
+    kernel: Kernel = field(repr=False)  # its repr holds the whole C source
     config: Config
     workload: Workload
-    time: float  # the best measured median, seconds
+    time: float  # seconds per call: see above
     trials: int  # measured by this call (0 when built from the records)
     tuning_seconds: float
     from_db: bool
@@ -315,7 +323,11 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
     if target in GPU_TARGETS:
         if args is not None or name is not None or retry_failed:
             raise TEError("args=, name= and retry_failed= apply to target='cpu' only")
-        from ..backends.triton import autoschedule_cuda
+        from ..extras import needs_extra
+        with needs_extra(f"te.autoschedule(target={target!r})", extra="triton"):
+            import torch  # noqa: F401  (both are needed; say so before any work)
+            import triton  # noqa: F401
+            from ..backends.triton import autoschedule_cuda
         return autoschedule_cuda(outputs_or_function, budget=64 if budget is None else budget, db=db, seed=seed,
                                  strategy=strategy, jobs=jobs, timer=timer, confirm=confirm > 1, retune=retune,
                                  progress=_progress(progress), **gpu_options)

@@ -46,6 +46,8 @@ class ArrayArg:
 
 @dataclass(frozen=True)
 class ScalarArg:
+    """A scalar argument passed by value; `ctype` is "int", "float", "double", "long" and the like."""
+
     name: str
     value: int | float
     ctype: str = "int"

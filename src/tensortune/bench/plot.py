@@ -22,10 +22,13 @@ from .replay import mean_over_datasets
 def plot_curves(summary: Mapping[str, Any], path: str | os.PathLike[str],
                 reference: Mapping[str, Mapping[str, float]] | None = None) -> None:
     """Write a PNG; `reference` adds dashed curves to the mean panel (published peer figures)."""
-    import matplotlib
+    from ..extras import needs_extra
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    with needs_extra("a plot of the curves"):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
 
     panels = list(summary) + ["mean over datasets"]
     cols = min(4, len(panels))

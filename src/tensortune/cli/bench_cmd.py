@@ -81,15 +81,17 @@ def bench_group() -> None:
               help="Comma-separated strategies; random is always added as the baseline. "
                    "NAME=N runs that strategy N repeats only. Peers run side by side: "
                    "kt:<strategy> (Kernel Tuner 1.5, simulation mode), optuna:tpe.")
-@click.option("--jobs", type=click.IntRange(min=1), default=max(1, (os.cpu_count() or 1)), show_default=True,
+@click.option("--jobs", type=click.IntRange(min=1), default=max(1, (os.cpu_count() or 1)), show_default="the CPU count",
               help="Worker processes.")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
-              help="Write {datasets: dataset -> strategy -> budget -> {mean, se, p10, ...}, mean: ...} here.")
+@click.option("--output", "-o", "json_out", type=click.Path(dir_okay=False), default=None,
+              help="Write {datasets: dataset -> strategy -> budget -> {mean, se, p10, ...}, mean: ...} "
+                   "to this JSON file.")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None,
-              help="Write the curves as PNG (default: next to --json).")
+              help="Write the curves as PNG (default: next to --output).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object instead of tables.")
 def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: str, repeats: int,
                      first_seed: int, strategies: str, jobs: int, json_out: str | None,
-                     plot_out: str | None) -> None:
+                     plot_out: str | None, as_json: bool) -> None:
     """Score strategies by t_opt / t_best_found after N measurements (1.0 = optimum found).
 
     Each (dataset, strategy, budget, repeat) is a fresh tuning run with the Tuner and a
@@ -135,11 +137,14 @@ def bench_strategies(datasets: tuple[str, ...], more: tuple[str, ...], budgets: 
     results = run_many(paths, names, budget_list, reps, jobs=jobs, on_result=progress, first_seed=first_seed)
     summary = summarize(results)
     means = mean_over_datasets(summary)
-    _print_tables(summary, means, budget_list)
+    if not as_json:
+        _print_tables(summary, means, budget_list)
     console.print(f"{len(results)} runs in {time.perf_counter() - start:.0f} s")
+    payload = {"datasets": summary, "mean": means, "budgets": budget_list,
+               "repeats": reps, "first_seed": first_seed, "wall_seconds": round(time.perf_counter() - start, 1)}
+    if as_json:
+        print_json(payload)
     if json_out:
-        payload = {"datasets": summary, "mean": means, "budgets": budget_list,
-                   "repeats": reps, "first_seed": first_seed, "wall_seconds": round(time.perf_counter() - start, 1)}
         with open(json_out, "w", encoding="utf-8") as f:
             json.dump(payload, f, indent=2)
         plot_out = plot_out or str(Path(json_out).with_suffix(".png"))
@@ -197,9 +202,9 @@ def _print_tables(summary: dict, means: dict, budgets: list[int]) -> None:
               help="The model's training objective (rank: pairwise, what the strategies use).")
 @click.option("--max-depth", type=click.IntRange(min=1), default=None,
               help="Depth of the trees (default: the model's, as the strategies use).")
-@click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
-              help="Write dataset -> {kendall_tau, top1_error_pct, top5_error_pct, ...} here (and mean).")
-@click.option("--print-json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--output", "-o", "json_out", type=click.Path(dir_okay=False), default=None,
+              help="Write dataset -> {kendall_tau, top1_error_pct, top5_error_pct, ...} (and mean) to this JSON file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as one JSON object instead of a table.")
 def bench_model(datasets: tuple[str, ...], more: tuple[str, ...], train_fraction: float, splits: int,
                 members: int, objective: str, max_depth: int | None, json_out: str | None, as_json: bool) -> None:
     """Rank quality of the cost model on the configurations it was not trained on."""

@@ -19,7 +19,12 @@ from ..measure import ErrorKind
 from ..progress import format_time
 from .common import db_option, open_database, print_json
 
-console = Console()
+
+
+def _console() -> Console:
+    """A terminal's width on a terminal; into a pipe or a file, rows are never cut or wrapped."""
+    console = Console()
+    return console if console.is_terminal else Console(width=100_000)
 
 
 @click.group("db")
@@ -54,7 +59,7 @@ def _one_workload(db: Database, text: str) -> Workload:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def db_list(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
-    """Every workload with its number of records and best time."""
+    """Every workload with its number of records and the fastest median time recorded."""
     db = open_database(ctx, db_path)
     rows = db.workloads()
     if as_json:
@@ -65,12 +70,13 @@ def db_list(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
         click.echo(f"{db.where} holds no records yet: tune something (e.g. `tensortune demo`) or `db import` a file")
         return
     where = " (read-only)" if db.read_only else ""
-    table = Table(title=escape(f"workloads in {db.where}{where}"))
-    for col in ("#", "workload", "records", "best"):
+    table = Table(title=escape(f"workloads in {db.where}{where}"),
+                  caption="best median: the fastest record's median time per call, over every device")
+    for col in ("#", "workload", "records", "best median"):
         table.add_column(col)
     for i, (w, n, best) in enumerate(rows, 1):
         table.add_row(str(i), escape(w.id_text), str(n), format_time(best) if best is not None else "-")
-    console.print(table)
+    _console().print(table)
 
 
 @db_group.command("show")
@@ -89,7 +95,8 @@ def db_show(ctx: click.Context, workload: str, db_path: str | None, limit: int, 
             print_json([r.to_json() for r in records[:limit]])
             return
         table = Table(title=escape(f"{w.id_text}: {len(records)} records"))
-        for col in ("config", "time", "spread", "error", "device", "strategy"):
+        table.add_column("config", overflow="fold")  # on a terminal, wrapped: never cut
+        for col in ("median", "spread", "error", "device", "strategy"):
             table.add_column(col)
         for r in records[:limit]:
             res = r.to_result()
@@ -98,7 +105,7 @@ def db_show(ctx: click.Context, workload: str, db_path: str | None, limit: int, 
                 error = f"{error} (environment: retried)"
             table.add_row(escape(r.config.to_json()), format_time(res.time), f"{res.spread:.1%}" if r.ok else "",
                           escape(error), escape(r.target.device), escape(r.strategy))
-        console.print(table)
+        _console().print(table)
 
 
 @db_group.command("best")
@@ -117,11 +124,12 @@ def db_best(ctx: click.Context, workload: str, db_path: str | None, top: int, as
     if not best:
         raise click.ClickException(f"{w.id_text} has no successful measurement")
     if as_json:
-        print_json([{"config": r.config.as_dict(), "seconds": r.time, "device": r.target.device}
-                    for r in best])
+        print_json([{"config": r.config.as_dict(), "seconds": r.time, "device": r.target.device,
+                     "strategy": r.strategy} for r in best])
         return
+    click.echo("median time per call, configuration [device, what measured it]")
     for r in best:
-        click.echo(f"{format_time(r.time):>12}  {r.config.to_json()}  [{r.target.device}]")
+        click.echo(f"{format_time(r.time):>12}  {r.config.to_json()}  [{r.target.device}, {r.strategy}]")
 
 
 @db_group.command("export")

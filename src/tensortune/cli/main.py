@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..db import DatabaseError
+from ..extras import MissingExtra
 from .bench_cmd import bench_group
 from .common import DB_HELP
 from .dashboard_cmd import dashboard, report
@@ -17,13 +18,16 @@ from .triton_cmd import triton_group
 
 class _Commands(click.Group):
     """A database that cannot be used (corrupt, damaged part-way, read-only, an unwritable
-    export) is a message, not a traceback, in every subcommand."""
+    export), a missing optional extra and Ctrl-C are one line, not a traceback, in every subcommand."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except DatabaseError as exc:
+        except (DatabaseError, MissingExtra) as exc:
             raise click.ClickException(str(exc)) from exc
+        except KeyboardInterrupt:
+            click.echo("interrupted: every measurement made so far is kept in the records database", err=True)
+            ctx.exit(130)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

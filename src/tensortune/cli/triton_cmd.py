@@ -58,8 +58,10 @@ def triton_tune(ctx: click.Context, target: str, shapes: tuple[str, ...], shapes
 
 def _tune(target: str, shapes: tuple[str, ...], shapes_file: str | None, budget: int | None,
           strategy: str | None, force: bool, export_path: str | None, as_json: bool) -> None:
-    from ..frontends.triton.offline import (TargetError, decided_workloads, export_workloads, load_object,
-                                            parse_shape, tune_shapes)
+    from ..extras import needs_extra
+    with needs_extra("tensortune triton tune"):
+        from ..frontends.triton.offline import (TargetError, decided_workloads, export_workloads, load_object,
+                                                parse_shape, tune_shapes)
 
     try:
         wanted = [parse_shape(s) for s in shapes]

@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -77,6 +78,8 @@ class DemoReport:
     workload: str
     shape: tuple[int, int, int]
     strategy: str
+    search_best_gflops: float = 0.0  # the fastest candidate's median while searching (as `db list` shows it)
+    rounds: int = 0  # interleaved rounds of the re-timing that gives best, baseline and numpy GFLOP/s
 
     @property
     def speedup(self) -> float:
@@ -124,7 +127,7 @@ def run_demo(db: Database, m: int = 512, n: int = 512, k: int = 512, budget: Bud
     if previous is not None:
         best, baseline, numpy_result, trials, failures = previous
         return _report(best, baseline, numpy_result, trials, failures, start, True, db, workload,
-                       (m, n, k), strategy)
+                       (m, n, k), strategy, _search_best(db, workload, target), rounds)
     runner = CRunner(problem, timer)
     builder = CBuilder(problem, jobs=jobs)
     try:
@@ -144,7 +147,7 @@ def run_demo(db: Database, m: int = 512, n: int = 512, k: int = 512, budget: Bud
         runner.close()
         builder.close()
     return _report(best, baseline, numpy_result, result.trials + result.reused, result.failures, start,
-                   False, db, workload, (m, n, k), strategy)
+                   False, db, workload, (m, n, k), strategy, _search_best(db, workload, target), rounds)
 
 
 def _in_space(space: Space, config: Config) -> bool:
@@ -206,13 +209,20 @@ def _recorded_comparison(db: Database, workload: Workload, target: Target, space
             len({r.config for r in tuned}), sum(1 for r in tuned if not r.ok))
 
 
+def _search_best(db: Database, workload: Workload, target: Target) -> float:
+    """The fastest median recorded while searching (not by the re-timing), in seconds."""
+    times = [r.time for r in db.records(workload, target) if r.ok and r.strategy != "compare"]
+    return min(times, default=math.inf)
+
+
 def _report(best: MeasureResult, baseline: MeasureResult, numpy_result: MeasureResult, trials: int,
             failures: int, start: float, from_db: bool, db: Database, workload: Workload,
-            shape: tuple[int, int, int], strategy: str) -> DemoReport:
+            shape: tuple[int, int, int], strategy: str, search_best: float, rounds: int) -> DemoReport:
     m, n, k = shape
     return DemoReport(
         best_config=best.config.as_dict(), best_gflops=_gflops(m, n, k, best.time),
         baseline_gflops=_gflops(m, n, k, baseline.time), numpy_gflops=_gflops(m, n, k, numpy_result.time),
         trials=trials, failures=failures, seconds=time.perf_counter() - start, from_db=from_db,
         db=db.where, workload=workload.id_text, shape=shape, strategy=strategy,
+        search_best_gflops=_gflops(m, n, k, search_best), rounds=rounds,
     )

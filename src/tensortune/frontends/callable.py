@@ -25,6 +25,7 @@ from typing import Any
 
 from ..db import Database, Target, Workload
 from ..measure import CallableRunner, IsolatedCallableRunner, Timer
+from ..measure.main_guard import check_guarded
 from ..settings import Settings
 from ..space import Space
 from ..tuner import Budget, TuneResult, Tuner, TuningFailed
@@ -74,8 +75,9 @@ def tune(
     `isolate`: run `fn` in a worker process (it must then be defined at module level);
     the default is to isolate when a `timeout` (seconds per candidate, default 60 when
     isolated) is given. `memory_limit`: bytes an isolated candidate may use (default half
-    the machine's memory). Raises `TuningFailed` when no candidate succeeded, and
-    ValueError before measuring anything when the space's names do not fit `fn`.
+    the machine's memory). Raises `TuningFailed` when no candidate succeeded, ValueError
+    before measuring anything when the space's names do not fit `fn`, and RuntimeError
+    when an isolated `fn` of a script is tuned outside `if __name__ == "__main__":`.
     """
     if not isinstance(space, Space):
         space = Space(space)
@@ -87,6 +89,8 @@ def tune(
                          "cannot be stopped")
     if isolate:
         _check_picklable(fn, reference, label)
+        if any(getattr(f, "__module__", None) == "__main__" for f in (fn, reference)):
+            check_guarded("tune(isolate=True)", fn, reference)  # the worker imports the script to find them
         runner: Any = IsolatedCallableRunner(fn, timer, reference, timeout or 60.0, memory_limit)
     else:
         runner = CallableRunner(fn, timer, reference)

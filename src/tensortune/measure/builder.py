@@ -16,6 +16,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -23,7 +24,7 @@ from typing import Any, Protocol
 from ..space import Config
 from .errors import CandidateError, ErrorKind, environment_cause
 from .result import BuildResult
-from .worker import STARTUP_HINT, classify_exception, exit_with_parent, lower_priority
+from .worker import STARTUP_HINT, children_ignore_ctrl_c, classify_exception, exit_with_parent, lower_priority
 
 
 def _kill_pool(pool: cf.ProcessPoolExecutor) -> None:
@@ -49,6 +50,7 @@ class NullBuilder:
 def _init_build_process() -> None:
     lower_priority()
     exit_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: no traceback per process
 
 
 def _timed_build(build: Callable[[Config], Any], config: Config) -> tuple[str, Any, float]:
@@ -100,7 +102,8 @@ class ProcessPoolBuilder:
                 pool = self._ensure_pool()
                 while todo and len(inflight) < self.jobs:
                     try:
-                        fut = pool.submit(_timed_build, self.build_fn, todo[0])
+                        with children_ignore_ctrl_c():  # the first submit starts the pool's processes
+                            fut = pool.submit(_timed_build, self.build_fn, todo[0])
                     except cf.BrokenExecutor:
                         break
                     inflight[fut] = (todo.pop(0), time.monotonic() + self.timeout)
@@ -146,7 +149,9 @@ class ProcessPoolBuilder:
         """Build one configuration in a process of its own: whether it crashes its process."""
         pool = cf.ProcessPoolExecutor(1, mp_context=self._ctx, initializer=_init_build_process)
         try:
-            outcome = pool.submit(_timed_build, self.build_fn, config).result(timeout=self.timeout)
+            with children_ignore_ctrl_c():
+                future = pool.submit(_timed_build, self.build_fn, config)
+            outcome = future.result(timeout=self.timeout)
             self._built_any = True
             return self._to_result(config, outcome)
         except cf.TimeoutError:

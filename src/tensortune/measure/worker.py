@@ -33,7 +33,7 @@ import threading
 import time
 import traceback
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
@@ -78,6 +78,26 @@ def on_parent_exit(hook: Callable[[], None]) -> None:
 
 def _leads_own_group() -> bool:
     return os.getpgrp() == os.getpid()
+
+
+@contextlib.contextmanager
+def children_ignore_ctrl_c() -> Iterator[None]:
+    """Start processes inside this block: they ignore SIGINT from their first instruction.
+
+    A terminal's Ctrl-C reaches the whole foreground process group; a spawned process
+    still importing would print a KeyboardInterrupt traceback of its own. An ignored
+    SIGINT survives exec, and Python then installs no handler of its own, so the child
+    ignores it until it exits; the parent handles Ctrl-C and stops its children. (Only
+    the main thread can change a signal's handler; elsewhere nothing changes.)"""
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def exit_with_parent() -> None:
@@ -291,7 +311,7 @@ class IsolatedWorker:
     def _start(self, with_main: bool = False) -> None:
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=_serve, args=(child, self.env, self.niceness), daemon=True)
-        with _main_script(with_main):
+        with _main_script(with_main), children_ignore_ctrl_c():
             self._proc.start()
         self._with_main = with_main
         child.close()
