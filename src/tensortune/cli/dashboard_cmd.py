@@ -70,18 +70,12 @@ def dashboard(ctx: click.Context, db_path: str | None, port: int, host: str) -> 
 
 def _one_workload(db: Database, text: str) -> Workload:
     from ..dashboard import find_workload
+    from .db_cmd import one_workload
 
     try:
         return find_workload(db, text)
     except (LookupError, ValueError):
-        pass
-    found = db.find_workloads(text)
-    if not found:
-        raise click.ClickException(f"no workload matches {text!r}; see `tensortune db list`")
-    if len(found) > 1:
-        names = "\n  ".join(w.id_text for w in found)
-        raise click.ClickException(f"{text!r} matches {len(found)} workloads:\n  {names}")
-    return found[0]
+        return one_workload(db, text)
 
 
 @click.command("report")

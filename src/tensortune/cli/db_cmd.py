@@ -44,7 +44,8 @@ def _noting_damage(db: Database) -> Iterator[None]:
         click.echo(f"note: skipped {len(db.damaged)} damaged record(s) of {db.where}: {named}{more}", err=True)
 
 
-def _one_workload(db: Database, text: str) -> Workload:
+def one_workload(db: Database, text: str) -> Workload:
+    """The one workload whose name starts with `text` (a click error naming the problem otherwise)."""
     found = db.find_workloads(text)
     if not found:
         raise click.ClickException(f"no workload matches {text!r}; see `tensortune db list`")
@@ -88,7 +89,7 @@ def db_list(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
 def db_show(ctx: click.Context, workload: str, db_path: str | None, limit: int, as_json: bool) -> None:
     """Records of WORKLOAD (its index in `db list`, or a prefix of its name)."""
     db = open_database(ctx, db_path)
-    w = _one_workload(db, workload)
+    w = one_workload(db, workload)
     with _noting_damage(db):
         records = db.records(w)
         if as_json:
@@ -118,7 +119,7 @@ def db_show(ctx: click.Context, workload: str, db_path: str | None, limit: int, 
 def db_best(ctx: click.Context, workload: str, db_path: str | None, top: int, as_json: bool) -> None:
     """The fastest configuration(s) of WORKLOAD."""
     db = open_database(ctx, db_path)
-    w = _one_workload(db, workload)
+    w = one_workload(db, workload)
     with _noting_damage(db):
         best = db.top_k(w, None, top)
     if not best:
@@ -176,7 +177,7 @@ def db_delete(ctx: click.Context, workload: str | None, db_path: str | None, kin
     if workload is None and not (kinds or failed or environment):
         raise click.UsageError("name a WORKLOAD, or choose records with --kind, --failed or --environment")
     db = open_database(ctx, db_path)
-    w = _one_workload(db, workload) if workload is not None else None
+    w = one_workload(db, workload) if workload is not None else None
     what = [*kinds] + (["failed"] if failed else []) + (["environment"] if environment else [])
     scope = f"{'the ' + ' or '.join(what) + ' records' if what else 'every record'} of " \
             f"{w.id_text if w else 'every workload'}"
