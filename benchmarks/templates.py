@@ -53,9 +53,10 @@ from tensortune.space import Config, Space  # noqa: E402
 from tensortune.template.examples import conv2d, matmul  # noqa: E402
 from tensortune.template.template import TemplateTask  # noqa: E402
 from tensortune.template.tune import make_strategy, tune  # noqa: E402
-from tensortune.tuner import Tuner  # noqa: E402
+from tensortune.tuner import Budget, Tuner  # noqa: E402
 
 CHECKPOINTS = (32, 64, 128)
+EARLY = (8, 16)  # also reported: the space may be easy near its optimum
 WITHIN = 0.05
 
 
@@ -131,8 +132,9 @@ def load_cache(task: TemplateTask, path: Path) -> dict[Config, MeasureResult]:
         if config is None:
             raise SystemExit(f"{path}: {key!r} is not a configuration of the template's space")
         t = e["time"]
-        if isinstance(t, str):
-            out[config] = MeasureResult.failed(config, _kind(t), e.get("message", t))
+        if isinstance(t, str):  # a schedule te refused was the builder's rejection, as in the real tuning
+            out[config] = MeasureResult.failed(config, _kind(t), e.get("message", t),
+                                               extra={"stage": "build"} if t == "CompilationFailedConfig" else {})
         else:
             out[config] = MeasureResult(config, (t / 1000.0,))
     return out
@@ -159,11 +161,14 @@ def replay(task: TemplateTask, results: dict[Config, MeasureResult], strategy: s
            seed: int) -> list[float]:
     """The best time after each measurement of one replayed search."""
     tuner = Tuner(task.space, CacheRunner(results), workload=Workload.make("replay"), target=Target.make("replay", ""),
-                  db=None, strategy=make_strategy(task, strategy, seed, budget), budget=budget, seed=seed,
+                  db=None, strategy=make_strategy(task, strategy, seed, budget),
+                  budget=Budget(trials=budget, free_rejections=budget), seed=seed,
                   batch_size=4, progress=False)
     history = tuner.run().history
     best, curve = math.inf, []
     for r in history:
+        if r.rejected_by_build:
+            continue  # cost no measurement
         if r.ok:
             best = min(best, r.time)
         curve.append(best)
@@ -184,7 +189,7 @@ def strategies_phase(task: TemplateTask, cache: Path, seeds: int, budget: int) -
             curves.append(replay(task, results, strategy, budget, seed))
             print(f"{strategy} seed {seed}: best {optimum / curves[-1][-1]:.3f} of the optimum "
                   f"({time.perf_counter() - start:.0f} s)", flush=True)
-        fractions = {n: [optimum / c[min(n, len(c)) - 1] for c in curves] for n in CHECKPOINTS if n <= budget}
+        fractions = {n: [optimum / c[min(n, len(c)) - 1] for c in curves] for n in EARLY + CHECKPOINTS if n <= budget}
         reach = [next((k + 1 for k, t in enumerate(c) if t <= optimum * (1 + WITHIN)), None) for c in curves]
         reached = [r for r in reach if r is not None]
         out["strategies"][strategy] = {
@@ -194,6 +199,7 @@ def strategies_phase(task: TemplateTask, cache: Path, seeds: int, budget: int) -
                                   for n, v in fractions.items()},
             "measurements_to_5pct": reach,
             "median_measurements_to_5pct": statistics.median(reached) if len(reached) > len(reach) / 2 else None,
+            "curves_ms": [[round(t * 1000, 5) for t in c] for c in curves],
         }
     return out
 

@@ -32,7 +32,7 @@ from .steps import Step, steps_from_json, steps_to_json
 from .tensor import Tensor, compute, graph, placeholder, placeholders
 from . import workloads
 from ..autoschedule.entry import autoschedule, autoschedule_many  # noqa: E402  (imports the search on first call)
-from ..template.template import template  # noqa: E402
+from ..template.entry import template  # noqa: E402  (imports the template package on first use)
 
 __all__ = [
     "AccessInfo", "LoopInfo", "StoreInfo", "c_source", "loop_nest_info", "lower", "Expr", "IterVar", "Kernel", "Loop", "LoweredFunc", "Schedule", "Stage", "Step", "TEError", "Tensor", "Var",

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -112,6 +113,9 @@ def tune(task: TemplateTask, budget: Budget | int | float | None = None, db: Any
         if found is not None:
             return found
     limit = Budget.of(budget, default_trials=64)
+    if limit.free_rejections is None and limit.trials is not None:
+        # a schedule te refuses costs milliseconds and no measurement: it does not use up a trial
+        limit = dataclasses.replace(limit, free_rejections=limit.trials)
     spec = CheckSpec.of(task.outputs, task.args, task.workload.source_hash)
     runner = SketchRunner(spec, seed=seed) if timer is None else SketchRunner(spec, timer=timer, seed=seed)
     builder = TemplateBuilder(task, jobs=jobs)
