@@ -190,17 +190,40 @@ def strategies_phase(task: TemplateTask, cache: Path, seeds: int, budget: int) -
             print(f"{strategy} seed {seed}: best {optimum / curves[-1][-1]:.3f} of the optimum "
                   f"({time.perf_counter() - start:.0f} s)", flush=True)
         fractions = {n: [optimum / c[min(n, len(c)) - 1] for c in curves] for n in EARLY + CHECKPOINTS if n <= budget}
-        reach = [next((k + 1 for k, t in enumerate(c) if t <= optimum * (1 + WITHIN)), None) for c in curves]
-        reached = [r for r in reach if r is not None]
+        steps = reach(curves, optimum, WITHIN)
+        reached = [r for r in steps if r is not None]
         out["strategies"][strategy] = {
             "mean_fraction": {n: round(statistics.mean(v), 4) for n, v in fractions.items()},
             "min_fraction": {n: round(min(v), 4) for n, v in fractions.items()},
             "within_5pct_share": {n: round(sum(1 for x in v if x >= 1 / (1 + WITHIN)) / len(v), 3)
                                   for n, v in fractions.items()},
-            "measurements_to_5pct": reach,
-            "median_measurements_to_5pct": statistics.median(reached) if len(reached) > len(reach) / 2 else None,
+            "measurements_to_5pct": steps,
+            "median_measurements_to_5pct": statistics.median(reached) if len(reached) > len(steps) / 2 else None,
             "curves_ms": [[round(t * 1000, 5) for t in c] for c in curves],
         }
+    out["to_reach"] = summary(out)
+    return out
+
+
+def reach(curves: Sequence[Sequence[float]], optimum: float, within: float) -> list[int | None]:
+    """Per run, the measurements it took to come within `within` of the optimum (None: never)."""
+    return [next((k + 1 for k, t in enumerate(c) if t <= optimum * (1 + within)), None) for c in curves]
+
+
+def summary(section: dict[str, Any]) -> dict[str, Any]:
+    """From the saved curves: measurements to come within 1%, 2% and 5% of the optimum, per
+    strategy (the median over seeds; a run that never did counts as more than the budget)."""
+    optimum = section["optimum_ms"]
+    out: dict[str, Any] = {}
+    for within in (0.01, 0.02, 0.05):
+        row = {}
+        for name, st in section["strategies"].items():
+            steps = reach(st["curves_ms"], optimum, within)
+            ranked = sorted(math.inf if x is None else x for x in steps)
+            median = statistics.median(ranked)
+            row[name] = {"median": median if math.isfinite(median) else None,
+                         "reached": sum(1 for x in steps if x is not None), "runs": len(steps)}
+        out[f"{round(within * 100)}%"] = row
     return out
 
 

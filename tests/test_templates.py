@@ -4,7 +4,6 @@ such, rebuilding from records, and a cost model that carries across templates.""
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -161,7 +160,7 @@ def _maybe_wrong(cfg, n):
     s = te.create_schedule(B)
     cfg.define_split("tile_j", s[B].loop("j"), num_outputs=2)
     cfg.define_annotate("vec", ["i", "j.1"], "vectorize")
-    _, ji = cfg["tile_j"].apply(s, B, "j")
+    cfg["tile_j"].apply(s, B, "j")
     cfg["vec"].apply(s, B)  # vectorizing i (not innermost) is refused by te
     return s, [A, B]
 
