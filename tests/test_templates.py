@@ -244,3 +244,22 @@ def test_a_model_trained_on_one_templates_records_ranks_anothers(tmp_path):
     # higher score = predicted faster: the ranking must agree with the measured one
     # measured 0.31 to 0.59 on a loaded 2-core machine (the same template split in halves: about 0.7)
     assert _spearman(scores, -test_times) > 0.2
+
+
+@pytest.mark.slow
+def test_a_search_starts_from_records_of_another_template_and_of_the_auto_scheduler(tmp_path):
+    from tensortune.template.prior import AUTOSCHEDULE, autoschedule_rows, prior_model
+    db_path = tmp_path / "r.db"
+    plain = template("test_matmul_plain")(_matmul_plain)(32)
+    unrolled = template("test_matmul_unrolled")(_matmul_unrolled)(32)
+    _measured(plain, db_path, 8, 0)
+    te.autoschedule(list(unrolled.outputs), args=list(unrolled.args), budget=6, db=db_path, progress=False,
+                    timer=FAST_TIMER, confirm=1)
+    X, times = autoschedule_rows(unrolled, Database(db_path), Target.cpu())
+    assert len(times) >= 4 and X.shape[1] == len(FEATURE_NAMES) and np.isfinite(X).all()
+    model = prior_model(unrolled, db_path, [plain, AUTOSCHEDULE])
+    assert model is not None and model.fitted
+    k = unrolled.tune(budget=6, db=db_path, progress=False, timer=FAST_TIMER, prior=[plain, AUTOSCHEDULE])
+    assert k.trials == 6 and not k.from_db
+    with pytest.raises(TemplateError, match="prior= needs the 'model' strategy"):
+        unrolled.tune(budget=2, db=db_path, progress=False, retune=True, strategy="random", prior=[plain])

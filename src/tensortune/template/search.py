@@ -155,6 +155,23 @@ class TemplateSearch(EvolutionarySearch):
         self.features = features  # type: ignore[assignment]
         self.ops = TemplatePointOps(task, self.rng)
 
+    @property
+    def accepts_prior(self) -> bool:
+        """The Tuner's transferred model is fitted on raw parameters, not these features;
+        a model on program features comes in through `use_program_prior`."""
+        return False
+
+    def use_program_prior(self, model: XGBRankModel) -> None:
+        """Start from `model`, fitted on the program features of other records of the same
+        computation (another template, the auto-scheduler): its scores guide the first
+        plans after half the usual random start, and fade as this search's own
+        measurements arrive (the model becomes the base margin of the search's own)."""
+        for m in self._members():
+            m.base = model  # type: ignore[union-attr]
+        self._fitted_on = -1
+        self._prior = True
+        self.random_start = self.initial // 2
+
     def tell(self, results) -> None:
         """Learn from each candidate's fastest run: on a shared machine a neighbour's load
         only ever adds time (the records keep every run)."""

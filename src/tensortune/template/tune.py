@@ -22,6 +22,7 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ from ..te.build import Kernel, build, reference_outputs
 from ..te.schedule import Schedule
 from ..tuner import Budget, Tuner, TuningFailed
 from .search import TemplateSearch
+from .knobs import TemplateError
 from .template import TemplateTask
 
 DEFAULT_STRATEGY = "model"  # TemplateSearch: evolutionary, cost model on loop-nest features
@@ -99,13 +101,16 @@ def open_db(db: Any) -> Database:
 
 def tune(task: TemplateTask, budget: Budget | int | float | None = None, db: Any = None, *,
          strategy: str = DEFAULT_STRATEGY, seed: int = 0, jobs: int = 2, retune: bool = False,
-         progress: bool | None = None, timer: Timer | None = None, retry_failed: bool = False) -> TunedTemplate:
+         progress: bool | None = None, timer: Timer | None = None, retry_failed: bool = False,
+         prior: Sequence[TemplateTask | str] = ()) -> TunedTemplate:
     """Tune the template's knobs and return the best configuration compiled and verified.
 
     With records of this template and shapes in `db`, the recorded best is rebuilt without
     measuring, unless `retune` (the search resumes from the records: nothing recorded is
     measured again) or `retry_failed`. `strategy`: "model" (evolutionary search with the
-    cost model on loop-nest features) or any registered strategy name ("random", ...)."""
+    cost model on loop-nest features) or any registered strategy name ("random", ...).
+    `prior`: other `TemplateTask`s of the same computation and/or "autoschedule", whose
+    records in `db` pre-train the model strategy's cost model (`template.prior`)."""
     database = open_db(db)
     target = Target.cpu()
     if not (retune or retry_failed):
@@ -120,9 +125,18 @@ def tune(task: TemplateTask, budget: Budget | int | float | None = None, db: Any
     runner = SketchRunner(spec, seed=seed) if timer is None else SketchRunner(spec, timer=timer, seed=seed)
     builder = TemplateBuilder(task, jobs=jobs)
     start = time.perf_counter()
+    chooser = make_strategy(task, strategy, seed, limit.trials)
+    if prior:
+        if not isinstance(chooser, TemplateSearch):
+            raise TemplateError(f"prior= needs the {DEFAULT_STRATEGY!r} strategy (a cost model on program features), "
+                                f"not {strategy!r}")
+        from .prior import prior_model
+        model = prior_model(task, database, prior, seed)
+        if model is not None:
+            chooser.use_program_prior(model)
     try:
         tuner = Tuner(task.space, runner, workload=task.workload, target=target, db=database, builder=builder,
-                      strategy=make_strategy(task, strategy, seed, limit.trials), budget=limit, seed=seed,
+                      strategy=chooser, budget=limit, seed=seed,
                       batch_size=max(2, jobs * 2), progress=_progress(progress), description=task.name,
                       retune=False, retry_failed=retry_failed)
         result = tuner.run()
