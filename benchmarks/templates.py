@@ -229,7 +229,7 @@ def summary(section: dict[str, Any]) -> dict[str, Any]:
 
 # ---- templates against the auto-scheduler, numpy and torch -----------------------------------
 
-def compare_phase(trials: int, quick: bool, rounds: int, db_path: Path, seed: int) -> dict[str, Any]:
+def compare_phase(trials: int, quick: bool, rounds: int, db_path: Path, seed: int, retune: bool) -> dict[str, Any]:
     import torch
 
     from tensortune.autoschedule import autoschedule
@@ -248,10 +248,10 @@ def compare_phase(trials: int, quick: bool, rounds: int, db_path: Path, seed: in
     for name, (task, comp_of) in cases.items():
         comp = comp_of(task)
         start = time.perf_counter()
-        tuned = task.tune(budget=trials, db=str(db_path), seed=seed, retune=True, progress=False)
+        tuned = task.tune(budget=trials, db=str(db_path), seed=seed, retune=retune, progress=False)
         t_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        auto = autoschedule(comp, budget=trials, db=str(db_path), seed=seed, retune=True, progress=False)
+        auto = autoschedule(comp, budget=trials, db=str(db_path), seed=seed, retune=retune, progress=False)
         a_seconds = time.perf_counter() - start
         arrays = {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in comp.inputs}
         out = np.empty(comp.output.shape, np.float32)
@@ -293,7 +293,8 @@ def compare_phase(trials: int, quick: bool, rounds: int, db_path: Path, seed: in
             for label in order:
                 medians[label].append(statistics.median(timer.time(contenders[label])))
         med = {k: statistics.median(v) for k, v in medians.items()}
-        report[name] = {"shapes": list(task.shapes), "flops": comp.flops, "trials": trials,
+        measured = {"template": tuned.trials, "autoschedule": auto.trials}  # 0: rebuilt from the records
+        report[name] = {"shapes": list(task.shapes), "flops": comp.flops, "trials": trials, "measured_now": measured,
                         "template_config": {k: encode(v) for k, v in tuned.config.items()},
                         "autoschedule_sketch": auto.sketch, "tuning_seconds": {"template": round(t_seconds, 1),
                                                                                 "autoschedule": round(a_seconds, 1)},
@@ -318,6 +319,8 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--db", default="/tmp/tensortune_templates_bench.db")
     p.add_argument("--quick", action="store_true", help="tiny shapes and budgets: a smoke test")
+    p.add_argument("--retune", action="store_true",
+                   help="compare: tune again (default: rebuild the winners already in --db, only time them)")
     args = p.parse_args()
     shape = [32, 32, 32] if args.quick else args.shape
     task = matmul(*shape)
@@ -343,7 +346,7 @@ def main() -> None:
         report["strategies"]["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if args.phase in ("compare", "all"):
         report["compare"] = compare_phase(4 if args.quick else args.trials, args.quick, 3 if args.quick else args.rounds,
-                                          Path(args.db), args.seed)
+                                          Path(args.db), args.seed, args.retune)
         report["compare_date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out_path.write_text(json.dumps(report, indent=1, default=str))
     print(f"wrote {out_path}")
