@@ -110,3 +110,20 @@ def test_the_kernel_benchmark_takes_the_named_definitions_and_swaps_only_the_dec
     module = triton_kernels.load(tmp_path / "src", tmp_path, "upstream_like.py", "tensortune")
     assert type(module.double_kernel).__name__ == "AutotunedKernel"
     sys.modules.pop(module.__name__, None)
+
+
+def test_the_templates_benchmark_replays_its_measured_knob_space(tmp_path):
+    """benchmarks/templates.py strategies --quick: the model strategy and random search
+    replayed on the 32^3 matmul template's measured knob space (three seeds, 16 measurements)."""
+    out = tmp_path / "templates.json"
+    cache = os.path.join(ROOT, "docs", "benchmarks", "spaces", "template_matmul_32x32x32-cpu.json.gz")
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "templates.py"), "strategies", "--quick",
+               "--cache", cache, "--json", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    section = json.loads(out.read_text())["strategies"]
+    assert section["space"] == 720 and set(section["strategies"]) == {"model", "random"}
+    for st in section["strategies"].values():
+        assert len(st["curves_ms"]) == 3 and all(len(c) == 16 for c in st["curves_ms"])
+        assert 0 < st["mean_fraction"]["16"] <= 1
