@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from tensortune.db import Database, Target, Workload  # noqa: E402
-from tensortune.measure import MeasureResult, Timer  # noqa: E402
+from tensortune.measure import MeasureResult  # noqa: E402
 from tensortune.search import SearchStrategy  # noqa: E402
 from tensortune.space import Config, Space  # noqa: E402
 from tensortune.template.examples import conv2d, matmul  # noqa: E402
@@ -157,11 +157,31 @@ class CacheRunner:
             yield dataclasses.replace(r, config=b.config)
 
 
+PRIOR_RECORDS = 128  # records of the other shape the prior is fitted on (what a tuning run of it leaves)
+
+
+def prior_from_cache(shape: Sequence[int], cache: Path, seed: int):
+    """A cost model fitted on PRIOR_RECORDS random measured records of the matmul template
+    at another shape (its programs' loop-nest features and times)."""
+    from tensortune.autoschedule.features import FEATURE_NAMES
+    from tensortune.model.xgb_rank import XGBRankModel
+    from tensortune.template.search import TemplateFeatures
+    other = matmul(*shape)
+    ok = [r for r in load_cache(other, cache).values() if r.ok]
+    picked = [ok[i] for i in np.random.default_rng(seed).permutation(len(ok))[:PRIOR_RECORDS]]
+    model = XGBRankModel(seed=seed, feature_names=list(FEATURE_NAMES))
+    model.fit(TemplateFeatures(other).configs([r.config for r in picked]), np.asarray([r.time for r in picked]))
+    return model
+
+
 def replay(task: TemplateTask, results: dict[Config, MeasureResult], strategy: str, budget: int,
-           seed: int) -> list[float]:
+           seed: int, prior: Any = None) -> list[float]:
     """The best time after each measurement of one replayed search."""
+    chooser = make_strategy(task, "model" if strategy == "model+prior" else strategy, seed, budget)
+    if strategy == "model+prior":
+        chooser.use_program_prior(prior)
     tuner = Tuner(task.space, CacheRunner(results), workload=Workload.make("replay"), target=Target.make("replay", ""),
-                  db=None, strategy=make_strategy(task, strategy, seed, budget),
+                  db=None, strategy=chooser,
                   budget=Budget(trials=budget, free_rejections=budget), seed=seed,
                   batch_size=4, progress=False)
     history = tuner.run().history
@@ -175,18 +195,22 @@ def replay(task: TemplateTask, results: dict[Config, MeasureResult], strategy: s
     return curve
 
 
-def strategies_phase(task: TemplateTask, cache: Path, seeds: int, budget: int) -> dict[str, Any]:
+def strategies_phase(task: TemplateTask, cache: Path, seeds: int, budget: int,
+                     prior: tuple[Sequence[int], Path] | None = None) -> dict[str, Any]:
     results = load_cache(task, cache)
     optimum = min(r.time for r in results.values() if r.ok)
     within = sum(1 for r in results.values() if r.ok and r.time <= optimum * (1 + WITHIN))
     out: dict[str, Any] = {"cache": str(cache.relative_to(ROOT)) if cache.is_relative_to(ROOT) else str(cache),
                            "space": len(results), "within_5pct_configs": within, "optimum_ms": optimum * 1000,
                            "seeds": seeds, "budget": budget, "strategies": {}}
-    for strategy in ("model", "random"):
+    if prior is not None:
+        out["prior"] = {"shape": list(prior[0]), "cache": prior[1].name, "records": PRIOR_RECORDS}
+    for strategy in ("model", "random") + (("model+prior",) if prior is not None else ()):
         curves = []
         for seed in range(seeds):
             start = time.perf_counter()
-            curves.append(replay(task, results, strategy, budget, seed))
+            model = prior_from_cache(prior[0], prior[1], seed) if strategy == "model+prior" and prior else None
+            curves.append(replay(task, results, strategy, budget, seed, model))
             print(f"{strategy} seed {seed}: best {optimum / curves[-1][-1]:.3f} of the optimum "
                   f"({time.perf_counter() - start:.0f} s)", flush=True)
         fractions = {n: [optimum / c[min(n, len(c)) - 1] for c in curves] for n in EARLY + CHECKPOINTS if n <= budget}
@@ -229,6 +253,21 @@ def summary(section: dict[str, Any]) -> dict[str, Any]:
 
 # ---- templates against the auto-scheduler, numpy and torch -----------------------------------
 
+def time_calls(fn: Any, seconds: float = 0.2) -> tuple[float, float]:
+    """Medians over repeated calls of the wall time and of this thread's CPU time. On a
+    machine whose cores other jobs share, a one-thread kernel's CPU time leaves out the
+    time it waited descheduled, which the wall time of every contender is full of."""
+    fn()
+    walls, cpus = [], []
+    deadline = time.perf_counter() + seconds
+    while len(walls) < 5 or (time.perf_counter() < deadline and len(walls) < 200):
+        w0, c0 = time.perf_counter(), time.thread_time()
+        fn()
+        cpus.append(time.thread_time() - c0)
+        walls.append(time.perf_counter() - w0)
+    return statistics.median(walls), statistics.median(cpus)
+
+
 def compare_phase(trials: int, quick: bool, rounds: int, db_path: Path, seed: int, retune: bool) -> dict[str, Any]:
     import torch
 
@@ -242,7 +281,6 @@ def compare_phase(trials: int, quick: bool, rounds: int, db_path: Path, seed: in
         "conv2d": (conv2d(*((1, 16, 14, 14, 16, 3, 3, 1) if quick else (1, 64, 56, 56, 64, 3, 3, 1))),
                    lambda t: W.conv2d_nchw(*t.shapes[:7], padding=t.shapes[7])),
     }
-    timer = Timer(warmup_seconds=0.05, min_repeats=5, max_repeats=200, budget_seconds=0.3)
     rng = np.random.default_rng(seed)
     report = {}
     for name, (task, comp_of) in cases.items():
@@ -286,13 +324,17 @@ def compare_phase(trials: int, quick: bool, rounds: int, db_path: Path, seed: in
                 raise SystemExit(f"{name}: {label} disagrees with the template (max error "
                                  f"{np.nanmax(np.abs(got - want)):.3g})")
         medians: dict[str, list[float]] = {k: [] for k in contenders}
+        cpu: dict[str, list[float]] = {k: [] for k in contenders}
         order = list(contenders)
         load = os.getloadavg()[0]
         for _ in range(rounds):
             rng.shuffle(order)
             for label in order:
-                medians[label].append(statistics.median(timer.time(contenders[label])))
+                wall, spent = time_calls(contenders[label])
+                medians[label].append(wall)
+                cpu[label].append(spent)
         med = {k: statistics.median(v) for k, v in medians.items()}
+        cpu_med = {k: statistics.median(v) for k, v in cpu.items()}
         measured = {"template": tuned.trials, "autoschedule": auto.trials}  # 0: rebuilt from the records
         report[name] = {"shapes": list(task.shapes), "flops": comp.flops, "trials": trials, "measured_now": measured,
                         "template_config": {k: encode(v) for k, v in tuned.config.items()},
@@ -300,9 +342,12 @@ def compare_phase(trials: int, quick: bool, rounds: int, db_path: Path, seed: in
                                                                                 "autoschedule": round(a_seconds, 1)},
                         "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
                         "median_seconds": med, "rounds_seconds": medians,
-                        "gflops": {k: round(comp.flops / v / 1e9, 2) for k, v in med.items()}}
-        print(f"{name}: " + ", ".join(f"{k} {v:.1f}" for k, v in report[name]["gflops"].items()) + " GFLOP/s "
-              f"(load {load:.1f})", flush=True)
+                        "cpu_median_seconds": cpu_med, "rounds_cpu_seconds": cpu,
+                        "gflops": {k: round(comp.flops / v / 1e9, 2) for k, v in med.items()},
+                        "gflops_cpu_time": {k: round(comp.flops / v / 1e9, 2) for k, v in cpu_med.items()}}
+        print(f"{name}: " + ", ".join(f"{k} {v:.1f}" for k, v in report[name]["gflops"].items()) + " GFLOP/s wall, "
+              + ", ".join(f"{k} {v:.1f}" for k, v in report[name]["gflops_cpu_time"].items())
+              + f" by CPU time (load {load:.1f})", flush=True)
     return report
 
 
@@ -313,6 +358,10 @@ def main() -> None:
     p.add_argument("--cache", default=None, help="the Kernel Tuner cache of the knob space")
     p.add_argument("--json", default=str(ROOT / "docs" / "benchmarks" / "templates.json"))
     p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--prior-cache", default=None,
+                   help="strategies: also replay the model strategy started from a model fitted on this measured "
+                        "space of the matmul template at --prior-shape")
+    p.add_argument("--prior-shape", type=int, nargs=3, default=[32, 32, 32])
     p.add_argument("--budget", type=int, default=max(CHECKPOINTS))
     p.add_argument("--trials", type=int, default=64, help="measurements for each tuner in compare")
     p.add_argument("--rounds", type=int, default=7)
@@ -342,7 +391,8 @@ def main() -> None:
         print(f"space: {len(results)} configurations, {len(ok)} ran, best {min(ok) * 1000:.4f} ms, {wall:.0f} s")
     if args.phase in ("strategies", "all"):
         seeds, budget = (3, 16) if args.quick else (args.seeds, args.budget)
-        report["strategies"] = strategies_phase(task, cache, seeds, budget)
+        prior = (args.prior_shape, Path(args.prior_cache)) if args.prior_cache else None
+        report["strategies"] = strategies_phase(task, cache, seeds, budget, prior)
         report["strategies"]["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if args.phase in ("compare", "all"):
         report["compare"] = compare_phase(4 if args.quick else args.trials, args.quick, 3 if args.quick else args.rounds,
