@@ -351,6 +351,14 @@ def compare_phase(trials: int, quick: bool, rounds: int, db_path: Path, seed: in
     return report
 
 
+def compact_json(report: dict[str, Any]) -> str:
+    """Indented JSON with each list of numbers on one line (the curves are long)."""
+    import re
+    text = json.dumps(report, indent=1, default=str)
+    return re.sub(r"\[\s+([-0-9.eE,\snul]+?)\s+\]",
+                  lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]", text)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("phase", choices=["space", "strategies", "compare", "all"])
@@ -398,7 +406,7 @@ def main() -> None:
         report["compare"] = compare_phase(4 if args.quick else args.trials, args.quick, 3 if args.quick else args.rounds,
                                           Path(args.db), args.seed, args.retune)
         report["compare_date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    out_path.write_text(json.dumps(report, indent=1, default=str))
+    out_path.write_text(compact_json(report))
     print(f"wrote {out_path}")
 
 

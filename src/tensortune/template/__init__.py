@@ -25,7 +25,7 @@ _LAZY = {
     "template": "template", "Template": "template", "TemplateTask": "template", "get_template": "template",
     "registered": "template", "KnobCollector": "collector", "TemplateError": "knobs", "SplitValue": "knobs",
     "OrderValue": "knobs", "AnnotateValue": "knobs", "TemplateSearch": "search", "TemplateFeatures": "search",
-    "TunedTemplate": "tune", "tune": "tune", "load_best": "tune",
+    "TunedTemplate": "tune", "tune": "tune", "load_best": "tune", "prior_model": "prior",
 }
 
 

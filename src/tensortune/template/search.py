@@ -96,12 +96,12 @@ class TemplatePointOps(PointOps):
             new = list(point)
             for _ in range(genes):
                 knob, ks = self.movable[int(self.rng.integers(len(self.movable)))]
-                if isinstance(knob, Split) and not knob.bounded:
-                    self._move_factor(new, ks)
-                elif isinstance(knob, Split):
-                    row = knob.options[int(self.rng.integers(len(knob.options)))]
-                    for k, v in zip(ks, row):
-                        new[k] = self.space.params[k].index_of({self.space.params[k].names[0]: v})
+                if isinstance(knob, Split):
+                    # a bounded split (max_factor, candidate) may refuse the moved factor: then any allowed split
+                    if not self._move_factor(new, ks) or (knob.bounded and self.rng.random() < 0.25):
+                        row = knob.options[int(self.rng.integers(len(knob.options)))]
+                        for k, v in zip(ks, row):
+                            new[k] = self.space.params[k].index_of({self.space.params[k].names[0]: v})
                 else:
                     new[ks[0]] = self._step(ks[0], new[ks[0]])
             cand = tuple(new)
@@ -109,12 +109,13 @@ class TemplatePointOps(PointOps):
                 return cand
         return None
 
-    def _move_factor(self, new: list[int], ks: list[int]) -> None:
-        """Move one prime factor from one of the split's factors to another."""
+    def _move_factor(self, new: list[int], ks: list[int]) -> bool:
+        """Move one prime factor from one of the split's factors to another (False: no
+        such move is among the knob's options)."""
         values = [self.space.params[k].values[new[k]] for k in ks]  # type: ignore[attr-defined]
         sources = [i for i, v in enumerate(values) if v > 1]
         if not sources:
-            return
+            return False
         i = sources[int(self.rng.integers(len(sources)))]
         j = int(self.rng.integers(len(ks) - 1))
         j = j + 1 if j >= i else j
@@ -124,9 +125,10 @@ class TemplatePointOps(PointOps):
         for k, v in zip(ks, values):
             param = self.space.params[k]
             if v not in param.values:  # type: ignore[attr-defined]
-                return  # a factor outside the knob's options (max_factor): leave the point as it was
+                return False  # a factor outside the knob's options (max_factor): leave the point as it was
         for k, v in zip(ks, values):
             new[k] = self.space.params[k].values.index(v)  # type: ignore[attr-defined]
+        return True
 
     def crossover(self, a: Point, b: Point) -> Point | None:
         for _ in range(self.tries):
