@@ -138,3 +138,20 @@ def test_gpu_kernels_benchmark_says_it_needs_a_gpu(tmp_path):
     done = subprocess.run(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr and "--quick" in done.stderr
+
+
+def test_the_templates_benchmark_replays_its_measured_knob_space(tmp_path):
+    """benchmarks/templates.py strategies --quick: the model strategy and random search
+    replayed on the 32^3 matmul template's measured knob space (three seeds, 16 measurements)."""
+    out = tmp_path / "templates.json"
+    cache = os.path.join(ROOT, "docs", "benchmarks", "spaces", "template_matmul_32x32x32-cpu.json.gz")
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "templates.py"), "strategies", "--quick",
+               "--cache", cache, "--json", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src")}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    section = json.loads(out.read_text())["strategies"]
+    assert section["space"] == 720 and set(section["strategies"]) == {"model", "random"}
+    for st in section["strategies"].values():
+        assert len(st["curves_ms"]) == 3 and all(len(c) == 16 for c in st["curves_ms"])
+        assert 0 < st["mean_fraction"]["16"] <= 1

@@ -132,13 +132,19 @@ class SketchBuilder:
         self.jobs = jobs
         self.function = function
 
+    def schedule_source(self, config: Config) -> tuple[Any, str]:
+        """(schedule, C source) of one configuration; a TEError is that candidate's failure.
+        The one place a builder of other schedules (templates) differs."""
+        s, src, _ = schedule_source(self.sp, config, self.args, self.function)
+        return s, src
+
     def build(self, configs: Sequence[Config]) -> list[BuildResult]:
         results: dict[int, BuildResult] = {}
         sources: dict[int, tuple[str, tuple[dict, ...], float]] = {}
         for k, cfg in enumerate(configs):
             start = time.perf_counter()
             try:
-                s, src, _ = schedule_source(self.sp, cfg, self.args, self.function)
+                s, src = self.schedule_source(cfg)
             except TEError as exc:
                 results[k] = BuildResult(cfg, None, ErrorKind.INVALID, f"schedule refused: {exc}",
                                          time.perf_counter() - start)

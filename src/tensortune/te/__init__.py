@@ -32,11 +32,12 @@ from .steps import Step, steps_from_json, steps_to_json
 from .tensor import Tensor, compute, graph, placeholder, placeholders
 from . import workloads
 from ..autoschedule.entry import autoschedule, autoschedule_many  # noqa: E402  (imports the search on first call)
+from ..template.entry import template  # noqa: E402  (imports the template package on first use)
 
 __all__ = [
     "AccessInfo", "LoopInfo", "StoreInfo", "c_source", "loop_nest_info", "lower", "Expr", "IterVar", "Kernel", "Loop", "LoweredFunc", "Schedule", "Stage", "Step", "TEError", "Tensor", "Var",
     "abs", "all", "any", "build", "cast", "compute", "cos", "const", "create_schedule", "equal", "erf", "evaluate", "exp",
     "graph", "if_then_else", "log", "max", "maximum", "min", "minimum", "not_equal", "parse", "placeholder",
     "placeholders", "reduce_axis", "select", "sigmoid", "sin", "sqrt", "steps_from_json", "steps_to_json", "sum", "tanh",
-    "autoschedule", "autoschedule_many", "workloads",
+    "autoschedule", "autoschedule_many", "template", "workloads",
 ]
