@@ -19,7 +19,15 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .collector import KnobCollector
+    from .knobs import AnnotateValue, OrderValue, SplitValue, TemplateError
+    from .prior import prior_model
+    from .search import TemplateFeatures, TemplateSearch
+    from .template import Template, TemplateTask, get_template, registered, template
+    from .tune import TunedTemplate, load_best, tune
 
 _LAZY = {
     "template": "template", "Template": "template", "TemplateTask": "template", "get_template": "template",
@@ -27,6 +35,13 @@ _LAZY = {
     "OrderValue": "knobs", "AnnotateValue": "knobs", "TemplateSearch": "search", "TemplateFeatures": "search",
     "TunedTemplate": "tune", "tune": "tune", "load_best": "tune", "prior_model": "prior",
 }
+
+
+__all__ = sorted(_LAZY)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def __getattr__(name: str) -> Any:

@@ -21,8 +21,8 @@ Example:
     >>> task.space.size
     5
     >>> s, args = task.instantiate({"split_i_0": 4, "split_i_1": 4})
-    >>> [l.extent for l in s["B"].loops]
-    [4, 4]
+    >>> tuple(l.extent for l in s["B"].loops)
+    (4, 4)
 """
 
 from __future__ import annotations
