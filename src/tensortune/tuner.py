@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .db import Database, Target, Workload
-from .measure import Builder, MeasureResult, NullBuilder, Runner
+from .measure import Builder, Executor, MeasureResult, NullBuilder, Runner, make_executor
 from .progress import TuneProgress
 from .search import SearchStrategy, create_strategy
 from .space import Config, Space
@@ -191,6 +191,8 @@ class Tuner:
         transfer: bool = True,
         retune: bool = False,
         retry_failed: bool = False,
+        executor: str | Executor | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self.space = space
         self.runner = runner
@@ -199,7 +201,11 @@ class Tuner:
         self.target = target
         self.db = db
         self.budget = Budget.of(budget)
-        self.batch_size = batch_size or max(1, getattr(self.builder, "jobs", 1))
+        # where candidates are built and measured: "local" (this machine's pools, the default)
+        # or "ray"; an executor named here is the tuner's own, closed at the end of each run
+        self.executor = make_executor(executor, ray_address)
+        self._owns_executor = executor is None or isinstance(executor, str)
+        self.batch_size = batch_size  # None: the executor's parallelism
         self.strategy = create_strategy(strategy, space, seed=seed, budget=self.budget.trials,
                                         **(strategy_options or {}))
         self.progress = progress
@@ -212,6 +218,13 @@ class Tuner:
         self.transferred_from = 0  # records of other shapes or devices the search started from
 
     def run(self) -> TuneResult:
+        try:
+            return self._run()
+        finally:
+            if self._owns_executor:
+                self.executor.close()
+
+    def _run(self) -> TuneResult:
         start = time.perf_counter()
         self._use_transfer()
         prior = self._prior_results()
@@ -232,8 +245,9 @@ class Tuner:
             with TuneProgress(self.budget.trials, self.description, self.progress) as bar:
                 if best:
                     bar.update(best.time, advance=0)
+                batch = self.batch_size or self.executor.parallelism(self.builder, self.target)
                 while not stopped and not self._exhausted(charged, start):
-                    n = self.batch_size
+                    n = batch
                     if self.budget.trials is not None:
                         n = min(n, self.budget.trials - charged)
                     configs, retry = retry[:n], retry[n:]
@@ -242,7 +256,7 @@ class Tuner:
                     if not configs:
                         break
                     told = []
-                    for result in self.runner.run(self.builder.build(configs)):
+                    for result in self.executor.measure(self.builder, self.runner, configs, self.target):
                         self._record(result, session)
                         new.append(result)
                         if result.amends:  # an earlier success turned out to crash its worker
@@ -272,7 +286,7 @@ class Tuner:
                         if self._out_of_time(start):
                             break
                     self.strategy.tell(told)
-                late = tuple(getattr(self.runner, "late_results", tuple)())
+                late = self.executor.late_results(self.runner)
                 for result in late:  # amendments that showed only after the last candidate
                     self._record(result, session)
                     new.append(result)

@@ -6,6 +6,7 @@ import click
 
 from ..db import DatabaseError
 from .bench_cmd import bench_group
+from .cluster_cmd import cluster_group
 from .db_cmd import db_group
 from .demo_cmd import demo
 from .model_cmd import model_group
@@ -40,6 +41,7 @@ cli.add_command(db_group)
 cli.add_command(triton_group)
 cli.add_command(bench_group)
 cli.add_command(model_group)
+cli.add_command(cluster_group)
 
 
 def main() -> None:

@@ -1,0 +1,423 @@
+"""The Ray executor: builds as Ray tasks, measurements on Ray actors, results as they finish.
+
+The driver (the process running the `Tuner`) keeps the search strategy, the cost model
+and the records database; it sends each candidate's build to a Ray task on a node of the
+target, hands each finished build to a measuring actor of that target (one per GPU or CPU
+socket, each with its isolated worker, `depth` candidates queued at a time), and yields
+every result the moment `ray.wait` returns it, so the tuner records it at once.
+
+Faults: a build task whose node dies is run again by Ray elsewhere; a measuring actor
+whose node dies (or that stops answering) has its in-flight candidates returned as
+failures of the environment, which the tuner measures again on the actors left (without
+spending trials), and the actor is replaced once the cluster has a free slot again. What
+was recorded stays recorded; a driver that dies is restarted and resumes from the store.
+
+Example (needs a cluster whose nodes advertise this machine's target; see
+docs/distributed.md):
+    >>> executor = RayExecutor(address="auto")  # doctest: +SKIP
+    >>> tensortune.tune(fn, space, executor=executor)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import os
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..db import Target
+from ..measure import BuildResult, ErrorKind, MeasureResult, failed_build
+from ..measure.executor import RemoteBuild, RemoteRunner, remote_build_of, remote_runner_of
+from ..space import Config
+from .resources import describe, measure_resource, node_resources, nodes_of, start_hint, target_resource
+
+RAY_HINT = "executor='ray' needs Ray: pip install 'tensortune[ray]'"
+BUILD_RETRIES = 2  # times Ray runs a build again whose worker or node died
+REFRESH_SECONDS = 1.0  # how often the driver looks for lost or new measurement slots
+LOST = "the Ray node or actor measuring it was lost"
+
+
+class RayMissing(ImportError):
+    """Ray is not installed (the `ray` extra)."""
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayMissing(RAY_HINT) from None
+    return ray
+
+
+@dataclass
+class _Slot:
+    """One measuring actor and what was sent to it."""
+
+    actor: Any
+    index: int
+    ready: bool = False
+    inflight: int = 0
+    since: float = field(default_factory=time.monotonic)
+
+
+class _ActorPool:
+    """The measuring actors of one target: kept as many as the cluster has slots."""
+
+    def __init__(self, ray: Any, actor_class: Any, target: Target, cpus: float, gpus: float,
+                 wait_for_slots: float) -> None:
+        self.ray, self.actor_class, self.target = ray, actor_class, target
+        self.cpus, self.gpus, self.wait_for_slots = cpus, gpus, wait_for_slots
+        self.resource = measure_resource(target)
+        self.slots: dict[Any, _Slot] = {}  # ready ref (pending) or actor id -> slot
+        self.pending: dict[Any, _Slot] = {}  # ready() ref -> slot not started yet
+        self.stale: dict[Any, _Slot] = {}  # calls of a run that was left early: slot freed when they end
+        self.counter = itertools.count()
+        self.last_refresh = -math.inf
+        self.lost_since: float | None = None  # when the pool was last left without a ready actor
+        self.lost_actors = 0
+
+    # ---- the actors -----------------------------------------------------------------------
+    def capacity(self) -> int:
+        """Measurement slots the cluster has for this target now."""
+        return int(self.ray.cluster_resources().get(self.resource, 0))
+
+    def refresh(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last_refresh < REFRESH_SECONDS:
+            return
+        self.last_refresh = now
+        self._settle_stale()
+        want = self.capacity()
+        live = [s for s in self.slots.values()]
+        for _ in range(want - len(live)):
+            self._start()
+        surplus = len(live) - want
+        for ref, slot in list(self.pending.items()):  # more actors than slots: never placeable
+            if surplus <= 0:
+                break
+            self._drop(slot, kill=True)
+            surplus -= 1
+        if self.ready_slots():
+            self.lost_since = None
+        elif self.lost_since is None:
+            self.lost_since = now
+
+    def _start(self) -> None:
+        index = next(self.counter)
+        actor = self.actor_class.options(num_cpus=self.cpus, num_gpus=self.gpus, resources={self.resource: 1},
+                                         max_restarts=0, max_concurrency=1).remote(self.target, index)
+        slot = _Slot(actor, index)
+        ref = actor.ready.remote()
+        self.pending[ref] = slot
+        self.slots[id(slot)] = slot
+
+    def started(self, ref: Any) -> None:
+        """An actor's `ready()` returned (or failed: a node that is not its target, or died)."""
+        slot = self.pending.pop(ref)
+        try:
+            self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as exc:
+            from .actor import TargetMismatch
+            cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
+            self._drop(slot)
+            if isinstance(cause, TargetMismatch):
+                raise TargetMismatch(str(cause).splitlines()[-1]) from None
+            logging.getLogger(__name__).warning("a measuring actor failed to start: %s", exc)
+            return
+        except self.ray.exceptions.RayError as exc:
+            logging.getLogger(__name__).warning("a measuring actor was lost while starting: %s", exc)
+            self._drop(slot)
+            return
+        slot.ready = True
+
+    def lost(self, slot: _Slot) -> None:
+        if id(slot) in self.slots:
+            self.lost_actors += 1
+            self._drop(slot, kill=True)
+        self.last_refresh = -math.inf  # look for a replacement at once
+
+    def _drop(self, slot: _Slot, kill: bool = False) -> None:
+        self.slots.pop(id(slot), None)
+        for ref, s in list(self.pending.items()):
+            if s is slot:
+                del self.pending[ref]
+        if kill:
+            try:
+                self.ray.kill(slot.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+    def ready_slots(self) -> list[_Slot]:
+        return [s for s in self.slots.values() if s.ready]
+
+    def free(self, depth: int) -> _Slot | None:
+        """The ready actor with the fewest calls queued, if it has room for another."""
+        ready = [s for s in self.ready_slots() if s.inflight < depth]
+        return min(ready, key=lambda s: s.inflight) if ready else None
+
+    def hopeless(self) -> bool:
+        """No actor is ready, and none has been for longer than `wait_for_slots`."""
+        if self.ready_slots():
+            return False
+        if not self.pending and self.capacity() == 0:
+            return self.lost_since is not None and time.monotonic() - self.lost_since >= self.wait_for_slots
+        return self.lost_since is not None and time.monotonic() - self.lost_since >= self.wait_for_slots
+
+    def leave(self, calls: dict[Any, tuple[_Slot, BuildResult, float]]) -> None:
+        """A run stopped with these calls in flight: their slots free up when they end."""
+        for ref, (slot, _, _) in calls.items():
+            self.stale[ref] = slot
+
+    def _settle_stale(self) -> None:
+        if not self.stale:
+            return
+        done, _ = self.ray.wait(list(self.stale), num_returns=len(self.stale), timeout=0)
+        for ref in done:
+            self.stale.pop(ref).inflight -= 1
+
+    def close(self) -> None:
+        for slot in list(self.slots.values()):
+            try:
+                slot.actor.shutdown.remote()
+                self.ray.kill(slot.actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.slots.clear()
+        self.pending.clear()
+        self.stale.clear()
+
+
+class RayExecutor:
+    """Builds on Ray tasks and measures on Ray actors of the target (`Executor`).
+
+    `address`: the cluster ("auto": the one this machine belongs to; "local": start Ray in
+    this process with this machine's target; None: `RAY_ADDRESS`, else "auto").
+    `measure_cpus`/`measure_gpus`: what each measuring actor holds (1 CPU by default, so
+    that builds never share its core; `measure_gpus=1` for GPU kernels). `build_cpus`: per
+    build task. `depth`: candidates queued on an actor at once (2 hides the round trip).
+    `wait_for_slots`: seconds a run waits for a measuring actor before the candidates
+    waiting for one are given back as the environment's failures.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, *, measure_cpus: float = 1.0, measure_gpus: float = 0.0,
+                 build_cpus: float = 1.0, depth: int = 2, wait_for_slots: float = 120.0) -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be at least 1, got {depth}")
+        self.address = address
+        self.measure_cpus, self.measure_gpus, self.build_cpus = measure_cpus, measure_gpus, build_cpus
+        self.depth = depth
+        self.wait_for_slots = wait_for_slots
+        self._ray: Any = None
+        self._owns_ray = False
+        self._pools: dict[Target, _ActorPool] = {}
+        self._runners: dict[int, tuple[Any, str, Any]] = {}  # id(runner) -> (runner, key, recipe ref)
+        self._remote: dict[str, Any] = {}
+
+    # ---- connection ---------------------------------------------------------------------------
+    def connect(self) -> Any:
+        """Join the cluster (once); returns the `ray` module."""
+        if self._ray is not None:
+            return self._ray
+        ray = import_ray()
+        if not ray.is_initialized():
+            address = self.address or os.environ.get("RAY_ADDRESS") or "auto"
+            kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False,
+                                      "include_dashboard": False}
+            if address == "local":
+                kwargs["resources"] = node_resources(Target.cpu())
+                address = None
+            try:
+                ray.init(address=address, **kwargs)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise ConnectionError(f"cannot join the Ray cluster at {address!r}: {exc}; start one with "
+                                      f"`ray start --head --resources \"$(tensortune cluster resources)\"`, or pass "
+                                      "ray_address='local' to start Ray in this process") from None
+            self._owns_ray = True
+        from .actor import MeasureActor, run_build
+        self._remote = {"build": ray.remote(max_retries=BUILD_RETRIES)(run_build),
+                        "actor": ray.remote(MeasureActor)}
+        self._ray = ray
+        return ray
+
+    def _pool(self, target: Target | None) -> _ActorPool:
+        ray = self.connect()
+        target = target or Target.cpu()
+        if target not in self._pools:
+            pool = _ActorPool(ray, self._remote["actor"], target, self.measure_cpus, self.measure_gpus,
+                              self.wait_for_slots)
+            if pool.capacity() == 0:
+                raise RuntimeError(f"the Ray cluster has no node that measures for {describe(target)}: "
+                                   f"{start_hint(target)}")
+            pool.refresh(force=True)
+            self._pools[target] = pool
+        return self._pools[target]
+
+    def _key(self, runner: Any, recipe: RemoteRunner) -> tuple[str, Any]:
+        entry = self._runners.get(id(runner))
+        if entry is None or entry[0] is not runner:
+            entry = (runner, uuid.uuid4().hex, self._ray.put(recipe))
+            self._runners[id(runner)] = entry
+        return entry[1], entry[2]
+
+    # ---- the executor ---------------------------------------------------------------------------
+    def parallelism(self, builder: Any, target: Target | None = None) -> int:
+        """Twice the build slots of the target's nodes, plus what the actors queue."""
+        ray = self.connect()
+        nodes = nodes_of(target or Target.cpu(), ray.nodes())
+        cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
+        slots = sum(n["Resources"].get(measure_resource(target or Target.cpu()), 0) for n in nodes)
+        builders = max(1, int((cpus - slots * self.measure_cpus) / max(self.build_cpus, 1e-9)))
+        return 2 * builders + self.depth * int(slots)
+
+    def measure(self, builder: Any, runner: Any, configs: Sequence[Config],
+                target: Target | None = None) -> Iterator[MeasureResult]:
+        recipe_build = remote_build_of(builder)
+        recipe_run = remote_runner_of(runner)
+        pool = self._pool(target)
+        key, recipe_ref = self._key(runner, recipe_run)
+        return self._measure(pool, recipe_build, recipe_run, key, recipe_ref, list(dict.fromkeys(configs)))
+
+    def _measure(self, pool: _ActorPool, recipe_build: RemoteBuild, recipe_run: RemoteRunner, key: str,
+                 recipe_ref: Any, configs: list[Config]) -> Iterator[MeasureResult]:
+        ray = self._ray
+        options: dict[str, Any] = {"num_cpus": self.build_cpus}
+        if recipe_build.native:
+            options["resources"] = {target_resource(pool.target): 1}
+        now = time.monotonic()
+        builds = {self._remote["build"].options(**options).remote(recipe_build.build, c): (c, now + recipe_build.timeout)
+                  for c in configs}
+        ready: deque[BuildResult] = deque()
+        calls: dict[Any, tuple[_Slot, BuildResult, float]] = {}
+        try:
+            while builds or ready or calls:
+                pool.refresh()
+                while ready and (slot := pool.free(self.depth)) is not None:
+                    b = ready.popleft()
+                    ref = slot.actor.measure.remote(key, [recipe_ref], b)
+                    slot.inflight += 1
+                    calls[ref] = (slot, b, time.monotonic() + recipe_run.timeout)
+                if ready and not calls and pool.hopeless():
+                    while ready:
+                        b = ready.popleft()
+                        yield MeasureResult.failed(b.config, ErrorKind.CRASHED,
+                                                   f"no measuring actor of {describe(pool.target)} was left in the "
+                                                   f"Ray cluster for {self.wait_for_slots:.0f} s",
+                                                   environment="no Ray node of the target",
+                                                   compile_seconds=b.compile_seconds)
+                    continue
+                waiting = list(builds) + list(calls) + list(pool.pending)
+                deadlines = [d for _, d in builds.values()] + [d for _, _, d in calls.values()]
+                timeout = REFRESH_SECONDS if not deadlines else \
+                    min(REFRESH_SECONDS, max(0.0, min(deadlines) - time.monotonic()))
+                done, _ = ray.wait(waiting, num_returns=1, timeout=timeout) if waiting else ([], [])
+                if not waiting:
+                    time.sleep(timeout)
+                for ref in done:
+                    if ref in builds:
+                        config, _ = builds.pop(ref)
+                        built = self._built(ref, config)
+                        if built.ok:
+                            ready.append(built)
+                        else:
+                            yield failed_build(built)
+                    elif ref in calls:
+                        slot, b, _ = calls.pop(ref)
+                        slot.inflight -= 1
+                        yield from self._measured(pool, ref, slot, b)
+                    elif ref in pool.pending:
+                        pool.started(ref)
+                yield from self._overdue(pool, builds, calls, ready)
+        finally:
+            for ref in builds:  # a run left early (its time is up): its builds are not needed
+                ray.cancel(ref, force=True)
+            pool.leave(calls)
+
+    def _built(self, ref: Any, config: Config) -> BuildResult:
+        ray = self._ray
+        try:
+            return ray.get(ref)
+        except ray.exceptions.TaskCancelledError:
+            return BuildResult(config, None, ErrorKind.TIMEOUT, "the build was cancelled past its timeout")
+        except ray.exceptions.WorkerCrashedError as exc:
+            return BuildResult(config, None, ErrorKind.CRASHED,
+                               f"the build crashed its Ray worker {BUILD_RETRIES + 1} times: {str(exc)[:300]}")
+        except ray.exceptions.RayError as exc:  # a lost node, an unimportable module there
+            return BuildResult(config, None, ErrorKind.CRASHED, f"the Ray build task failed: {str(exc)[:2000]}",
+                               environment=f"Ray build failed: {type(exc).__name__}")
+
+    def _measured(self, pool: _ActorPool, ref: Any, slot: _Slot, build: BuildResult) -> Iterator[MeasureResult]:
+        ray = self._ray
+        try:
+            results = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            pool.lost(slot)
+            yield self._lost(build, str(exc))
+            return
+        except ray.exceptions.RayError as exc:
+            yield MeasureResult.failed(build.config, ErrorKind.CRASHED, f"the Ray measurement failed: {exc}"[:2000],
+                                       environment=f"Ray measurement failed: {type(exc).__name__}",
+                                       compile_seconds=build.compile_seconds)
+            return
+        yield from results
+
+    @staticmethod
+    def _lost(build: BuildResult, why: str) -> MeasureResult:
+        first = why.strip().splitlines()[0][:300] if why.strip() else ""
+        return MeasureResult.failed(build.config, ErrorKind.CRASHED, f"{LOST}: {first}", environment=LOST,
+                                    compile_seconds=build.compile_seconds)
+
+    def _overdue(self, pool: _ActorPool, builds: dict[Any, tuple[Config, float]],
+                 calls: dict[Any, tuple[_Slot, BuildResult, float]], ready: deque[BuildResult]) -> Iterator[MeasureResult]:
+        """Builds past their timeout are the candidate's timeouts; an actor past its
+        runner's limits is stuck: it is replaced and its calls are the environment's."""
+        now = time.monotonic()
+        for ref, (config, deadline) in list(builds.items()):
+            if deadline <= now:
+                del builds[ref]
+                self._ray.cancel(ref, force=True)
+                yield failed_build(BuildResult(config, None, ErrorKind.TIMEOUT, "build did not finish in time"))
+        stuck = {slot for ref, (slot, _, deadline) in calls.items() if deadline <= now}
+        for slot in stuck:
+            pool.lost(slot)
+            for ref, (s, b, _) in list(calls.items()):
+                if s is slot:
+                    del calls[ref]
+                    yield self._lost(b, "the actor stopped answering within its runner's limits")
+
+    def late_results(self, runner: Any) -> tuple[MeasureResult, ...]:
+        entry = self._runners.get(id(runner))
+        if entry is None or self._ray is None:
+            return ()
+        ray, out = self._ray, []
+        for pool in self._pools.values():
+            refs = [s.actor.late.remote(entry[1]) for s in pool.ready_slots()]
+            for ref in refs:
+                try:
+                    out.extend(ray.get(ref, timeout=60))
+                except ray.exceptions.RayError:
+                    pass  # a lost actor: its worker went with it
+        return tuple(out)
+
+    def close(self) -> None:
+        """Stop the measuring actors (and leave the Ray connection this executor opened)."""
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
+        self._runners.clear()
+        if self._ray is not None and self._owns_ray:
+            self._ray.shutdown()
+        self._ray, self._owns_ray = None, False
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
