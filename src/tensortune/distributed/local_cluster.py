@@ -49,15 +49,18 @@ def _ray_command() -> list[str]:
 
 class LocalCluster:
     """A head node (no CPUs: it only coordinates) and `workers` worker nodes, each with
-    `cpus_per_worker` CPUs and `slots` measurement slots of this machine's target."""
+    `cpus_per_worker` CPUs and `slots` measurement slots of this machine's target.
+    `python_path`: folders the nodes import from besides this tensortune (the module of a
+    reference function, say)."""
 
     def __init__(self, workers: int = 2, cpus_per_worker: int = 1, slots: int = 1, target: Target | None = None,
-                 start_timeout: float = 120.0) -> None:
+                 start_timeout: float = 120.0, python_path: tuple[str, ...] = ()) -> None:
         self.workers_wanted = workers
         self.cpus_per_worker = cpus_per_worker
         self.slots = slots
         self.target = target or Target.cpu()
         self.start_timeout = start_timeout
+        self.python_path = tuple(python_path)
         self.temp_dir = tempfile.mkdtemp(prefix="ttray-", dir="/tmp")  # short: Ray's socket paths have a limit
         self.port = _free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -69,7 +72,8 @@ class LocalCluster:
     def _environment(self) -> dict[str, str]:
         env = dict(os.environ, **FAST_FAILURE_DETECTION, RAY_DISABLE_USAGE_STATS="1")
         package_root = str(Path(__file__).resolve().parents[2])  # nodes import this tensortune
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, *self.python_path, env.get("PYTHONPATH", ""))
+                                            if p)
         return env
 
     def _spawn(self, args: list[str], log: str) -> subprocess.Popen[bytes]:
