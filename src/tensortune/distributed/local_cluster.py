@@ -42,6 +42,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _descendants(root: int) -> list[int]:
+    """Every process below `root`, from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def _ray_command() -> list[str]:
     ray = Path(sys.executable).with_name("ray")
     return [str(ray)] if ray.exists() else [sys.executable, "-m", "ray.scripts.scripts"]
@@ -51,12 +71,14 @@ class LocalCluster:
     """A head node (no CPUs: it only coordinates) and `workers` worker nodes, each with
     `cpus_per_worker` CPUs and `slots` measurement slots of this machine's target.
     `python_path`: folders the nodes import from besides this tensortune (the module of a
-    reference function, say)."""
+    reference function, say). `gpus_per_worker`: GPUs each worker node offers (every node
+    sees all of this machine's GPUs; Ray hands them out)."""
 
     def __init__(self, workers: int = 2, cpus_per_worker: int = 1, slots: int = 1, target: Target | None = None,
-                 start_timeout: float = 120.0, python_path: tuple[str, ...] = ()) -> None:
+                 start_timeout: float = 120.0, python_path: tuple[str, ...] = (), gpus_per_worker: int = 0) -> None:
         self.workers_wanted = workers
         self.cpus_per_worker = cpus_per_worker
+        self.gpus_per_worker = gpus_per_worker
         self.slots = slots
         self.target = target or Target.cpu()
         self.start_timeout = start_timeout
@@ -107,7 +129,7 @@ class LocalCluster:
         known = set(self.node_ids)
         resources = node_resources(self.target, self.slots)
         node = self._spawn(["start", "--address", self.address, "--node-ip-address", "127.0.0.1",
-                            "--num-cpus", str(self.cpus_per_worker), "--num-gpus", "0",
+                            "--num-cpus", str(self.cpus_per_worker), "--num-gpus", str(self.gpus_per_worker),
                             "--resources", json.dumps(resources), "--object-store-memory", str(OBJECT_STORE_BYTES),
                             "--disable-usage-stats", "--block"], f"worker{len(self.nodes)}.log")
         self.nodes.append(node)
@@ -149,13 +171,26 @@ class LocalCluster:
         self.kill_worker(self.node_ids.index(node_id))
 
     def kill_worker(self, index: int) -> None:
-        """End worker node `index` at once: its raylet, its workers and its actors."""
-        node = self.nodes[index]
+        """End worker node `index` at once: its raylet, its workers and its actors (Ray's
+        workers lead process groups of their own, so they are found as descendants)."""
+        self._kill_tree(self.nodes[index])
+
+    @staticmethod
+    def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+        victims = _descendants(proc.pid)
         try:
-            os.killpg(node.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        node.wait(timeout=30)
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
 
     def log(self, name: str) -> str:
         try:
@@ -171,14 +206,7 @@ class LocalCluster:
         except ImportError:
             pass
         for proc in self.nodes + ([self.head] if self.head else []):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
+            self._kill_tree(proc)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:

@@ -162,12 +162,9 @@ class _ActorPool:
         return min(ready, key=lambda s: s.inflight) if ready else None
 
     def hopeless(self) -> bool:
-        """No actor is ready, and none has been for longer than `wait_for_slots`."""
-        if self.ready_slots():
-            return False
-        if not self.pending and self.capacity() == 0:
-            return self.lost_since is not None and time.monotonic() - self.lost_since >= self.wait_for_slots
-        return self.lost_since is not None and time.monotonic() - self.lost_since >= self.wait_for_slots
+        """No actor is ready, and none has been for `wait_for_slots` seconds."""
+        return (not self.ready_slots() and self.lost_since is not None
+                and time.monotonic() - self.lost_since >= self.wait_for_slots)
 
     def leave(self, calls: dict[Any, tuple[_Slot, BuildResult, float]]) -> None:
         """A run stopped with these calls in flight: their slots free up when they end."""
@@ -182,9 +179,14 @@ class _ActorPool:
             self.stale.pop(ref).inflight -= 1
 
     def close(self) -> None:
+        """Close each actor's runners (their workers), then end the actors."""
+        closing = [s.actor.shutdown.remote() for s in self.slots.values() if s.ready]
+        try:
+            self.ray.wait(closing, num_returns=len(closing), timeout=10)
+        except Exception:  # noqa: BLE001 - a lost actor: its workers went with it
+            pass
         for slot in list(self.slots.values()):
             try:
-                slot.actor.shutdown.remote()
                 self.ray.kill(slot.actor, no_restart=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
@@ -256,6 +258,10 @@ class RayExecutor:
             if pool.capacity() == 0:
                 raise RuntimeError(f"the Ray cluster has no node that measures for {describe(target)}: "
                                    f"{start_hint(target)}")
+            if self._build_slots(target) < 1:
+                raise RuntimeError(f"the Ray cluster's nodes of {describe(target)} have no CPU left to build on once "
+                                   f"their measuring actors hold {self.measure_cpus:g} each: give the nodes more "
+                                   "CPUs (ray start --num-cpus), or pass measure_cpus=0")
             pool.refresh(force=True)
             self._pools[target] = pool
         return self._pools[target]
@@ -268,14 +274,20 @@ class RayExecutor:
         return entry[1], entry[2]
 
     # ---- the executor ---------------------------------------------------------------------------
+    def _build_slots(self, target: Target) -> int:
+        """Builds the target's nodes can run at once, next to their measuring actors."""
+        total = 0
+        for node in nodes_of(target, self.connect().nodes()):
+            cpus = node["Resources"].get("CPU", 0)
+            slots = node["Resources"].get(measure_resource(target), 0)
+            total += max(0, int((cpus - slots * self.measure_cpus) / max(self.build_cpus, 1e-9) + 1e-9))
+        return total
+
     def parallelism(self, builder: Any, target: Target | None = None) -> int:
         """Twice the build slots of the target's nodes, plus what the actors queue."""
-        ray = self.connect()
-        nodes = nodes_of(target or Target.cpu(), ray.nodes())
-        cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
-        slots = sum(n["Resources"].get(measure_resource(target or Target.cpu()), 0) for n in nodes)
-        builders = max(1, int((cpus - slots * self.measure_cpus) / max(self.build_cpus, 1e-9)))
-        return 2 * builders + self.depth * int(slots)
+        target = target or Target.cpu()
+        slots = sum(n["Resources"].get(measure_resource(target), 0) for n in nodes_of(target, self.connect().nodes()))
+        return 2 * max(1, self._build_slots(target)) + self.depth * int(slots)
 
     def measure(self, builder: Any, runner: Any, configs: Sequence[Config],
                 target: Target | None = None) -> Iterator[MeasureResult]:
@@ -291,9 +303,10 @@ class RayExecutor:
         options: dict[str, Any] = {"num_cpus": self.build_cpus}
         if recipe_build.native:
             options["resources"] = {target_resource(pool.target): 1}
-        now = time.monotonic()
-        builds = {self._remote["build"].options(**options).remote(recipe_build.build, c): (c, now + recipe_build.timeout)
-                  for c in configs}
+        # a build queued behind others waits for them: its deadline counts the waves before it
+        now, slots = time.monotonic(), max(1, self._build_slots(pool.target))
+        builds = {self._remote["build"].options(**options).remote(recipe_build.build, c):
+                  (c, now + recipe_build.timeout * (1 + k // slots + 1)) for k, c in enumerate(configs)}
         ready: deque[BuildResult] = deque()
         calls: dict[Any, tuple[_Slot, BuildResult, float]] = {}
         try:
