@@ -115,12 +115,9 @@ def main() -> None:
                  "c": {}, "triton": {}}
     if not args.no_c:
         _c_part(args, sizes, per_node, out)
+        _write(args.json, out, sizes)  # each part's figures are kept even if the next part is cut short
     _triton_part(args, per_node, out)
-    table = _table(out, sizes)
-    out["summary"] = table
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    table = _write(args.json, out, sizes)
     print()
     print(f"{'workload':10s} {'nodes':>5s} {'cores':>5s} {'ray /min':>9s} {'local /min':>10s} {'ray/local':>9s} "
           f"{'scaling':>8s} {'lost':>4s}")
@@ -180,6 +177,15 @@ def _triton_part(args: argparse.Namespace, per_node: int, out: dict) -> None:
             executor.close()
         finally:
             cluster.stop()
+
+
+def _write(path: str | None, out: dict, sizes: list[int]) -> list[dict]:
+    table = _table(out, sizes)
+    out["summary"] = table
+    if path:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
+    return table
 
 
 def _table(out: dict, sizes: list[int]) -> list[dict]:
