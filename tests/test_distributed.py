@@ -15,7 +15,8 @@ from tensortune.backends import ArrayArg, CBuilder, CCompiler, CProblem, CRunner
 from tensortune.db import Database, Target, Workload
 from tensortune.distributed import RAY_HINT, RayExecutor, RayMissing, node_resources, target_resource
 from tensortune.distributed.actor import MeasureActor, TargetMismatch
-from tensortune.measure import ErrorKind, LocalExecutor, ShippedFile, Timer, make_executor
+from tensortune.measure import (CallableRunner, ErrorKind, LocalExecutor, MeasureResult, ShippedFile, Timer,
+                                make_executor)
 from tensortune.space import Categorical, Ordinal, Space
 from tensortune.tuner import Tuner
 
@@ -105,6 +106,37 @@ def test_a_node_that_is_not_its_target_refuses_to_measure():
     with pytest.raises(TargetMismatch, match="advertises the target Another CPU"):
         MeasureActor(Target.make("cpu", "Another CPU", here.arch, here.versions), 0)
     assert MeasureActor(here, 3).ready()["index"] == 3
+
+
+class _LosingExecutor(LocalExecutor):
+    """The local executor, whose first `lose` results are lost with their node."""
+
+    def __init__(self, lose, requeued):
+        self.lose, self.requeued = lose, requeued
+
+    def measure(self, builder, runner, configs, target=None):
+        for r in super().measure(builder, runner, configs, target):
+            if self.lose > 0:
+                self.lose -= 1
+                yield MeasureResult.failed(r.config, ErrorKind.CRASHED, "lost with its node", environment="node lost",
+                                           extra={"requeued": True} if self.requeued else {})
+            else:
+                yield r
+
+
+@pytest.mark.parametrize("requeued", [True, False])
+def test_candidates_lost_with_a_node_do_not_stop_the_run(requeued):
+    """Ten candidates lost at once with a big node are measured again; only failures of
+    the environment that are not such losses stop a run after eight in a row."""
+    space = Space({"n": list(range(12))})
+    runner = CallableRunner(lambda n: n, Timer(min_repeats=1, budget_seconds=0))
+    result = Tuner(space, runner, workload=Workload.make("f"), target=Target.make("cpu", "x"), db=Database(":memory:"),
+                   strategy="exhaustive", budget=12, batch_size=12, progress=False,
+                   executor=_LosingExecutor(10, requeued)).run()
+    if requeued:
+        assert result.trials == 12 and not result.stopped and result.environment_failures == 10
+    else:
+        assert result.stopped.startswith("the environment failed 10 candidates in a row")  # the batch ends first
 
 
 # ---- on a cluster of a head and two worker nodes --------------------------------------------------

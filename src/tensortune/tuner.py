@@ -264,7 +264,7 @@ class Tuner:
                             best = best_of(tuple(prior) + tuple(new))
                             bar.update(best.time if best else math.inf, failed=True, advance=0)
                         elif result.environment:  # not the candidate's doing: try it again later
-                            streak += 1
+                            streak += 0 if result.requeued else 1  # a lost node says nothing of the others
                             tries[result.config] = tries.get(result.config, 0) + 1
                             if tries[result.config] <= ENVIRONMENT_RETRIES:
                                 retry.append(result.config)

@@ -385,7 +385,7 @@ class RayExecutor:
     def _lost(build: BuildResult, why: str) -> MeasureResult:
         first = why.strip().splitlines()[0][:300] if why.strip() else ""
         return MeasureResult.failed(build.config, ErrorKind.CRASHED, f"{LOST}: {first}", environment=LOST,
-                                    compile_seconds=build.compile_seconds)
+                                    compile_seconds=build.compile_seconds, extra={"requeued": True})
 
     def _overdue(self, pool: _ActorPool, builds: dict[Any, tuple[Config, float]],
                  calls: dict[Any, tuple[_Slot, BuildResult, float]], ready: deque[BuildResult]) -> Iterator[MeasureResult]:
