@@ -307,3 +307,25 @@ def test_no_node_of_the_target_is_a_clear_error(cluster, ray_executor, tmp_path)
         runner.close()
         builder.close()
     assert not db.records(t.workload, t.target)
+
+
+@pytest.mark.slow
+def test_a_whole_model_for_the_cpu_tunes_its_kernels_on_ray(cluster, ray_executor, tmp_path):
+    """tensortune.compile(executor=...): the task scheduler's kernels are built and measured
+    on the cluster, and the compiled model matches eager torch."""
+    import torch
+
+    import tensortune
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    db = tmp_path / "records.db"
+    fast = tensortune.compile(model, (torch.randn(4, 16),), target="cpu", budget=4, db=str(db), progress=False,
+                              executor=ray_executor)
+    assert all(t.source == "tuned" for t in fast.report.tasks), fast.report.table()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=1e-4, atol=1e-4)
+    store = Database(db)
+    measured = [r for w in fast.workloads for r in store.records(w, Target.cpu()) if r.extra.get("stage") != "build"]
+    assert measured and all(r.extra.get("ray_node") for r in measured if r.strategy != "confirm")

@@ -169,7 +169,13 @@ def best_of(results: Sequence[MeasureResult]) -> MeasureResult | None:
 
 
 class Tuner:
-    """Drives one workload's search on one target; results go to the database at once."""
+    """Drives one workload's search on one target; results go to the database at once.
+
+    `executor`: where each batch is built and measured: "local" (the builder's processes,
+    then the runner's worker; the default), "ray" (Ray tasks and actors on the cluster at
+    `ray_address`, docs/distributed.md), or an `Executor` object (the caller closes it;
+    one named by a string is closed at the end of each run). `batch_size` (default: the
+    executor's parallelism) is how many candidates the strategy is asked for at once."""
 
     def __init__(
         self,

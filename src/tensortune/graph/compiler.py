@@ -48,7 +48,9 @@ class CompileOptions:
     """How to compile: target ("cpu", "cuda" or None for the inputs' device), `budget`
     (trials for the whole graph, default 32 per task to tune; a float is seconds), the
     records database, whether to `retune` recorded tasks, `check` against eager torch,
-    and CUDA graphs for the GPU (replayed when the inputs stay where they were)."""
+    and CUDA graphs for the GPU (replayed when the inputs stay where they were).
+    `executor`/`ray_address`: where the CPU target's kernels are built and measured
+    ("local", or "ray": docs/distributed.md)."""
 
     target: str | None = None
     budget: int | float | None = None
@@ -62,6 +64,8 @@ class CompileOptions:
     policy: str = "gradient"
     trials_per_round: int = 8
     force_fallback: frozenset[str] = field(default_factory=frozenset)
+    executor: Any = None
+    ray_address: str | None = None
 
     @staticmethod
     def of(options: dict[str, Any] | None) -> "CompileOptions":
@@ -156,7 +160,12 @@ def _build(captured: Captured, options: CompileOptions, target: Any, db: Any,
 def compile_graph(captured: Captured, options: CompileOptions) -> CompiledGraph:
     """Compile one captured graph (see the module docstring)."""
     start = time.perf_counter()
-    target = make_target(options.target or captured.device_type, **({"jobs": options.jobs} if options.jobs else {}))
+    extra: dict[str, Any] = {"jobs": options.jobs} if options.jobs else {}
+    if options.executor not in (None, "local") or options.ray_address is not None:
+        if (options.target or captured.device_type) not in ("cpu", "c", "llvm"):
+            raise CompileError("executor='ray' applies to target='cpu' only (GPU kernels are measured locally)")
+        extra.update(executor=options.executor, ray_address=options.ray_address)
+    target = make_target(options.target or captured.device_type, **extra)
     if (target.name == "cuda") != (captured.device_type == "cuda") and target.device != captured.device_type:
         raise CompileError(f"the inputs are on {captured.device_type} but the target is {target.name}; "
                            "move the model and inputs, or pass target=")
