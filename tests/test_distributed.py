@@ -82,6 +82,19 @@ def test_executors_are_named_or_refused():
         make_executor("local", ray_address="x:1")
 
 
+def test_an_unreachable_cluster_is_a_message_from_the_cli(tmp_path):
+    from click.testing import CliRunner
+
+    from tensortune.cli.main import cli
+    from tensortune.distributed.local_cluster import _free_port
+
+    address = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    out = CliRunner().invoke(cli, ["--db", str(tmp_path / "t.db"), "demo", "--size", "16", "--trials", "2",
+                                   "--executor", "ray", "--ray-address", address])
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    assert f"cannot join the Ray cluster at '{address}'" in out.output and "ray start --head" in out.output
+
+
 def test_target_resources_tell_apart_every_part_of_the_target():
     a = Target.make("cpu", "EPYC", "x86_64x16", {"cc": "gcc 12"})
     b = Target.make("cpu", "EPYC", "x86_64x16", {"cc": "gcc 13"})

@@ -24,6 +24,7 @@ import itertools
 import logging
 import math
 import os
+import socket
 import time
 import uuid
 from collections import deque
@@ -53,6 +54,18 @@ def import_ray() -> Any:
     except ImportError:
         raise RayMissing(RAY_HINT) from None
     return ray
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """ConnectionError at once when nothing listens at a "host:port" address (Ray itself
+    retries for minutes, then ends the process)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto", or a form Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ConnectionError(f"nothing answers at {address} ({exc})") from None
 
 
 @dataclass
@@ -237,8 +250,10 @@ class RayExecutor:
                 kwargs["resources"] = node_resources(Target.cpu())
                 address = None
             try:
+                if address is not None:
+                    _check_reachable(address)
                 ray.init(address=address, **kwargs)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
+            except (ConnectionError, RuntimeError, ValueError, SystemExit) as exc:  # Ray exits on a lost GCS
                 raise ConnectionError(f"cannot join the Ray cluster at {address!r}: {exc}; start one with "
                                       f"`ray start --head --resources \"$(tensortune cluster resources)\"`, or pass "
                                       "ray_address='local' to start Ray in this process") from None
