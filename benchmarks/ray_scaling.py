@@ -103,10 +103,6 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args()
 
-    from tensortune.distributed import RayExecutor
-    from tensortune.distributed.local_cluster import LocalCluster
-    from tensortune.measure import LocalExecutor
-
     sizes = [int(n) for n in args.nodes.split(",")]
     cores = os.cpu_count() or 1
     per_node = args.cpus_per_node or max(1, cores // max(sizes))

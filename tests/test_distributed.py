@@ -153,12 +153,9 @@ def test_candidates_lost_with_a_node_do_not_stop_the_run(requeued):
 
 
 # ---- on a cluster of a head and two worker nodes --------------------------------------------------
-@pytest.fixture(scope="module")
-def cluster():
-    from tensortune.distributed.local_cluster import LocalCluster
-    # the nodes import this module: its reference function travels by name
-    with LocalCluster(workers=2, cpus_per_worker=2, python_path=(os.path.dirname(__file__),)) as c:
-        yield c
+@pytest.fixture
+def cluster(ray_cluster):
+    return ray_cluster
 
 
 @pytest.fixture
@@ -217,7 +214,7 @@ def test_a_worker_node_killed_mid_run_loses_nothing(tmp_path, cluster, ray_execu
             cluster.kill_node(node)
 
     db = Database(tmp_path / "t.db")
-    slow = Timer(warmup_seconds=0, min_repeats=3, budget_seconds=0.3)
+    slow = Timer(warmup_seconds=0, min_repeats=3, budget_seconds=0.5)  # slower than a build: calls queue on actors
     t, runner, builder = tuner(tmp_path, db, WIDE, ray_executor, budget=16, timer=slow, callbacks=[kill_node_one])
     try:
         result = t.run()

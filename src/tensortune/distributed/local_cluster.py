@@ -92,7 +92,8 @@ class LocalCluster:
         self.env = self._environment()
 
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ, **FAST_FAILURE_DETECTION, RAY_DISABLE_USAGE_STATS="1")
+        # loopback only: no token authentication (Ray turns it on once ~/.ray/auth_token exists)
+        env = dict(os.environ, **FAST_FAILURE_DETECTION, RAY_DISABLE_USAGE_STATS="1", RAY_AUTH_MODE="disabled")
         package_root = str(Path(__file__).resolve().parents[2])  # nodes import this tensortune
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, *self.python_path, env.get("PYTHONPATH", ""))
                                             if p)
@@ -160,9 +161,11 @@ class LocalCluster:
         raise TimeoutError(f"the Ray head node did not listen on {self.address} in {self.start_timeout:.0f} s")
 
     def connect(self) -> Any:
-        """This process joins the cluster (once); returns the `ray` module."""
+        """This process joins the cluster (once; without token authentication, like the
+        nodes); returns the `ray` module."""
         import ray
         if not ray.is_initialized():
+            os.environ["RAY_AUTH_MODE"] = "disabled"
             ray.init(address=self.address, logging_level="WARNING", log_to_driver=False)
         return ray
 

@@ -111,7 +111,7 @@ class _ActorPool:
         for _ in range(want - len(live)):
             self._start()
         surplus = len(live) - want
-        for ref, slot in list(self.pending.items()):  # more actors than slots: never placeable
+        for slot in list(self.pending.values()):  # more actors than slots: never placeable
             if surplus <= 0:
                 break
             self._drop(slot, kill=True)
