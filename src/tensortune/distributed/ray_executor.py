@@ -20,27 +20,24 @@ docs/distributed.md):
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 import os
 import socket
 import time
 import uuid
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..db import Target
 from ..measure import BuildResult, ErrorKind, MeasureResult, failed_build
 from ..measure.executor import RemoteBuild, RemoteRunner, remote_build_of, remote_runner_of
 from ..space import Config
+from .actor_pool import REFRESH_SECONDS, ActorPool, Slot
 from .resources import describe, measure_resource, node_resources, nodes_of, start_hint, target_resource
 
 RAY_HINT = "executor='ray' needs Ray: pip install 'tensortune[ray]'"
 BUILD_RETRIES = 2  # times Ray runs a build again whose worker or node died
-REFRESH_SECONDS = 1.0  # how often the driver looks for lost or new measurement slots
 LOST = "the Ray node or actor measuring it was lost"
 
 
@@ -68,146 +65,6 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
         raise ConnectionError(f"nothing answers at {address} ({exc})") from None
 
 
-@dataclass
-class _Slot:
-    """One measuring actor and what was sent to it."""
-
-    actor: Any
-    index: int
-    ready: bool = False
-    inflight: int = 0
-    since: float = field(default_factory=time.monotonic)
-
-
-class _ActorPool:
-    """The measuring actors of one target: kept as many as the cluster has slots."""
-
-    def __init__(self, ray: Any, actor_class: Any, target: Target, cpus: float, gpus: float,
-                 wait_for_slots: float) -> None:
-        self.ray, self.actor_class, self.target = ray, actor_class, target
-        self.cpus, self.gpus, self.wait_for_slots = cpus, gpus, wait_for_slots
-        self.resource = measure_resource(target)
-        self.slots: dict[Any, _Slot] = {}  # ready ref (pending) or actor id -> slot
-        self.pending: dict[Any, _Slot] = {}  # ready() ref -> slot not started yet
-        self.stale: dict[Any, _Slot] = {}  # calls of a run that was left early: slot freed when they end
-        self.counter = itertools.count()
-        self.last_refresh = -math.inf
-        self.lost_since: float | None = None  # when the pool was last left without a ready actor
-        self.lost_actors = 0
-
-    # ---- the actors -----------------------------------------------------------------------
-    def capacity(self) -> int:
-        """Measurement slots the cluster has for this target now."""
-        return int(self.ray.cluster_resources().get(self.resource, 0))
-
-    def refresh(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last_refresh < REFRESH_SECONDS:
-            return
-        self.last_refresh = now
-        self._settle_stale()
-        want = self.capacity()
-        live = [s for s in self.slots.values()]
-        for _ in range(want - len(live)):
-            self._start()
-        surplus = len(live) - want
-        for slot in list(self.pending.values()):  # more actors than slots: never placeable
-            if surplus <= 0:
-                break
-            self._drop(slot, kill=True)
-            surplus -= 1
-        if self.ready_slots():
-            self.lost_since = None
-        elif self.lost_since is None:
-            self.lost_since = now
-
-    def _start(self) -> None:
-        index = next(self.counter)
-        actor = self.actor_class.options(num_cpus=self.cpus, num_gpus=self.gpus, resources={self.resource: 1},
-                                         max_restarts=0, max_concurrency=1).remote(self.target, index)
-        slot = _Slot(actor, index)
-        ref = actor.ready.remote()
-        self.pending[ref] = slot
-        self.slots[id(slot)] = slot
-
-    def started(self, ref: Any) -> None:
-        """An actor's `ready()` returned (or failed: a node that is not its target, or died)."""
-        slot = self.pending.pop(ref)
-        try:
-            self.ray.get(ref)
-        except self.ray.exceptions.RayTaskError as exc:
-            from .actor import TargetMismatch
-            cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
-            self._drop(slot)
-            if isinstance(cause, TargetMismatch):
-                raise TargetMismatch(str(cause).splitlines()[-1]) from None
-            logging.getLogger(__name__).warning("a measuring actor failed to start: %s", exc)
-            return
-        except self.ray.exceptions.RayError as exc:
-            logging.getLogger(__name__).warning("a measuring actor was lost while starting: %s", exc)
-            self._drop(slot)
-            return
-        slot.ready = True
-
-    def lost(self, slot: _Slot) -> None:
-        if id(slot) in self.slots:
-            self.lost_actors += 1
-            self._drop(slot, kill=True)
-        self.last_refresh = -math.inf  # look for a replacement at once
-
-    def _drop(self, slot: _Slot, kill: bool = False) -> None:
-        self.slots.pop(id(slot), None)
-        for ref, s in list(self.pending.items()):
-            if s is slot:
-                del self.pending[ref]
-        if kill:
-            try:
-                self.ray.kill(slot.actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-
-    def ready_slots(self) -> list[_Slot]:
-        return [s for s in self.slots.values() if s.ready]
-
-    def free(self, depth: int) -> _Slot | None:
-        """The ready actor with the fewest calls queued, if it has room for another."""
-        ready = [s for s in self.ready_slots() if s.inflight < depth]
-        return min(ready, key=lambda s: s.inflight) if ready else None
-
-    def hopeless(self) -> bool:
-        """No actor is ready, and none has been for `wait_for_slots` seconds."""
-        return (not self.ready_slots() and self.lost_since is not None
-                and time.monotonic() - self.lost_since >= self.wait_for_slots)
-
-    def leave(self, calls: dict[Any, tuple[_Slot, BuildResult, float]]) -> None:
-        """A run stopped with these calls in flight: their slots free up when they end."""
-        for ref, (slot, _, _) in calls.items():
-            self.stale[ref] = slot
-
-    def _settle_stale(self) -> None:
-        if not self.stale:
-            return
-        done, _ = self.ray.wait(list(self.stale), num_returns=len(self.stale), timeout=0)
-        for ref in done:
-            self.stale.pop(ref).inflight -= 1
-
-    def close(self) -> None:
-        """Close each actor's runners (their workers), then end the actors."""
-        closing = [s.actor.shutdown.remote() for s in self.slots.values() if s.ready]
-        try:
-            self.ray.wait(closing, num_returns=len(closing), timeout=10)
-        except Exception:  # noqa: BLE001 - a lost actor: its workers went with it
-            pass
-        for slot in list(self.slots.values()):
-            try:
-                self.ray.kill(slot.actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-        self.slots.clear()
-        self.pending.clear()
-        self.stale.clear()
-
-
 class RayExecutor:
     """Builds on Ray tasks and measures on Ray actors of the target (`Executor`).
 
@@ -232,7 +89,7 @@ class RayExecutor:
         self.wait_for_slots = wait_for_slots
         self._ray: Any = None
         self._owns_ray = False
-        self._pools: dict[Target, _ActorPool] = {}
+        self._pools: dict[Target, ActorPool] = {}
         self._runners: dict[int, tuple[Any, str, Any]] = {}  # id(runner) -> (runner, key, recipe ref)
         self._remote: dict[str, Any] = {}
 
@@ -264,11 +121,11 @@ class RayExecutor:
         self._ray = ray
         return ray
 
-    def _pool(self, target: Target | None) -> _ActorPool:
+    def _pool(self, target: Target | None) -> ActorPool:
         ray = self.connect()
         target = target or Target.cpu()
         if target not in self._pools:
-            pool = _ActorPool(ray, self._remote["actor"], target, self.measure_cpus, self.measure_gpus,
+            pool = ActorPool(ray, self._remote["actor"], target, self.measure_cpus, self.measure_gpus,
                               self.wait_for_slots)
             if pool.capacity() == 0:
                 raise RuntimeError(f"the Ray cluster has no node that measures for {describe(target)}: "
@@ -312,7 +169,7 @@ class RayExecutor:
         key, recipe_ref = self._key(runner, recipe_run)
         return self._measure(pool, recipe_build, recipe_run, key, recipe_ref, list(dict.fromkeys(configs)))
 
-    def _measure(self, pool: _ActorPool, recipe_build: RemoteBuild, recipe_run: RemoteRunner, key: str,
+    def _measure(self, pool: ActorPool, recipe_build: RemoteBuild, recipe_run: RemoteRunner, key: str,
                  recipe_ref: Any, configs: list[Config]) -> Iterator[MeasureResult]:
         ray = self._ray
         options: dict[str, Any] = {"num_cpus": self.build_cpus}
@@ -323,7 +180,7 @@ class RayExecutor:
         builds = {self._remote["build"].options(**options).remote(recipe_build.build, c):
                   (c, now + recipe_build.timeout * (1 + k // slots + 1)) for k, c in enumerate(configs)}
         ready: deque[BuildResult] = deque()
-        calls: dict[Any, tuple[_Slot, BuildResult, float]] = {}
+        calls: dict[Any, tuple[Slot, BuildResult, float]] = {}
         try:
             while builds or ready or calls:
                 pool.refresh()
@@ -381,7 +238,7 @@ class RayExecutor:
             return BuildResult(config, None, ErrorKind.CRASHED, f"the Ray build task failed: {str(exc)[:2000]}",
                                environment=f"Ray build failed: {type(exc).__name__}")
 
-    def _measured(self, pool: _ActorPool, ref: Any, slot: _Slot, build: BuildResult) -> Iterator[MeasureResult]:
+    def _measured(self, pool: ActorPool, ref: Any, slot: Slot, build: BuildResult) -> Iterator[MeasureResult]:
         ray = self._ray
         try:
             results = ray.get(ref)
@@ -402,8 +259,8 @@ class RayExecutor:
         return MeasureResult.failed(build.config, ErrorKind.CRASHED, f"{LOST}: {first}", environment=LOST,
                                     compile_seconds=build.compile_seconds, extra={"requeued": True})
 
-    def _overdue(self, pool: _ActorPool, builds: dict[Any, tuple[Config, float]],
-                 calls: dict[Any, tuple[_Slot, BuildResult, float]], ready: deque[BuildResult]) -> Iterator[MeasureResult]:
+    def _overdue(self, pool: ActorPool, builds: dict[Any, tuple[Config, float]],
+                 calls: dict[Any, tuple[Slot, BuildResult, float]], ready: deque[BuildResult]) -> Iterator[MeasureResult]:
         """Builds past their timeout are the candidate's timeouts; an actor past its
         runner's limits is stuck: it is replaced and its calls are the environment's."""
         now = time.monotonic()
