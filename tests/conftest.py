@@ -60,3 +60,14 @@ def store(request, tmp_path):
     if request.param == "sqlite":
         return str(tmp_path / "store.db")
     return request.getfixturevalue("postgres_store")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One Ray cluster for the whole session (starting one takes tens of seconds): a head
+    and two worker nodes of 2 CPUs each, separate processes on loopback. The nodes import
+    the tests' modules (a reference function travels by name). Needs the `ray` extra: a
+    missing Ray fails the tests that use it."""
+    from tensortune.distributed.local_cluster import LocalCluster
+    with LocalCluster(workers=2, cpus_per_worker=2, python_path=(os.path.dirname(os.path.abspath(__file__)),)) as c:
+        yield c

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .db import Database, Target, Workload
-from .measure import Builder, MeasureResult, NullBuilder, Runner
+from .measure import Builder, Executor, MeasureResult, NullBuilder, Runner, make_executor
 from .progress import TuneProgress
 from .search import SearchStrategy, create_strategy
 from .space import Config, Space
@@ -169,7 +169,13 @@ def best_of(results: Sequence[MeasureResult]) -> MeasureResult | None:
 
 
 class Tuner:
-    """Drives one workload's search on one target; results go to the database at once."""
+    """Drives one workload's search on one target; results go to the database at once.
+
+    `executor`: where each batch is built and measured: "local" (the builder's processes,
+    then the runner's worker; the default), "ray" (Ray tasks and actors on the cluster at
+    `ray_address`, docs/distributed.md), or an `Executor` object (the caller closes it;
+    one named by a string is closed at the end of each run). `batch_size` (default: the
+    executor's parallelism) is how many candidates the strategy is asked for at once."""
 
     def __init__(
         self,
@@ -191,6 +197,8 @@ class Tuner:
         transfer: bool = True,
         retune: bool = False,
         retry_failed: bool = False,
+        executor: str | Executor | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self.space = space
         self.runner = runner
@@ -199,7 +207,11 @@ class Tuner:
         self.target = target
         self.db = db
         self.budget = Budget.of(budget)
-        self.batch_size = batch_size or max(1, getattr(self.builder, "jobs", 1))
+        # where candidates are built and measured: "local" (this machine's pools, the default)
+        # or "ray"; an executor named here is the tuner's own, closed at the end of each run
+        self.executor = make_executor(executor, ray_address)
+        self._owns_executor = executor is None or isinstance(executor, str)
+        self.batch_size = batch_size  # None: the executor's parallelism
         self.strategy = create_strategy(strategy, space, seed=seed, budget=self.budget.trials,
                                         **(strategy_options or {}))
         self.progress = progress
@@ -212,6 +224,13 @@ class Tuner:
         self.transferred_from = 0  # records of other shapes or devices the search started from
 
     def run(self) -> TuneResult:
+        try:
+            return self._run()
+        finally:
+            if self._owns_executor:
+                self.executor.close()
+
+    def _run(self) -> TuneResult:
         start = time.perf_counter()
         self._use_transfer()
         prior = self._prior_results()
@@ -232,8 +251,9 @@ class Tuner:
             with TuneProgress(self._planned_trials(prior), self.description, self.progress) as bar:
                 if best:
                     bar.update(best.time, advance=0)
+                batch = self.batch_size or self.executor.parallelism(self.builder, self.target)
                 while not stopped and not self._exhausted(charged, start):
-                    n = self.batch_size
+                    n = batch
                     if self.budget.trials is not None:
                         n = min(n, self.budget.trials - charged)
                     configs, retry = retry[:n], retry[n:]
@@ -242,7 +262,7 @@ class Tuner:
                     if not configs:
                         break
                     told = []
-                    for result in self.runner.run(self.builder.build(configs)):
+                    for result in self.executor.measure(self.builder, self.runner, configs, self.target):
                         self._record(result, session)
                         new.append(result)
                         if result.amends:  # an earlier success turned out to crash its worker
@@ -250,7 +270,7 @@ class Tuner:
                             best = best_of(tuple(prior) + tuple(new))
                             bar.update(best.time if best else math.inf, failed=True, advance=0)
                         elif result.environment:  # not the candidate's doing: try it again later
-                            streak += 1
+                            streak += 0 if result.requeued else 1  # a lost node says nothing of the others
                             tries[result.config] = tries.get(result.config, 0) + 1
                             if tries[result.config] <= ENVIRONMENT_RETRIES:
                                 retry.append(result.config)
@@ -272,7 +292,7 @@ class Tuner:
                         if self._out_of_time(start):
                             break
                     self.strategy.tell(told)
-                late = tuple(getattr(self.runner, "late_results", tuple)())
+                late = self.executor.late_results(self.runner)
                 for result in late:  # amendments that showed only after the last candidate
                     self._record(result, session)
                     new.append(result)

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..db import Database, Record, Target, Workload
-from ..measure import MeasureResult, Timer, check_close
+from ..measure import Executor, LocalExecutor, MeasureResult, Timer, check_close, make_executor
 from ..space import Config, Space
 from ..tasks import ScheduleResult, Task, TaskScheduler
 from ..te.build import Kernel, build, reference_outputs
@@ -197,7 +197,7 @@ class _Session:
 
     def __init__(self, problem: Problem, db: Database, target: Target, strategy: str, seed: int,
                  jobs: int, progress: bool, timer: Timer | None, expected_trials: int | None = None,
-                 retry_failed: bool = False) -> None:
+                 retry_failed: bool = False, executor: Executor | None = None) -> None:
         self.problem = problem
         self.db, self.target = db, target
         sp = problem.sketch_space
@@ -208,8 +208,10 @@ class _Session:
         chooser = SketchSearch(sp, seed=seed, budget=expected_trials) if strategy == "evolutionary" else \
             create_strategy(strategy, sp.space, seed=seed, budget=expected_trials)
         self.tuner = Tuner(sp.space, self.runner, workload=problem.workload, target=target, db=db,
-                           builder=self.builder, strategy=chooser, budget=expected_trials, seed=seed, batch_size=8,
-                           progress=progress, description=problem.name, retry_failed=retry_failed)
+                           builder=self.builder, strategy=chooser, budget=expected_trials, seed=seed,
+                           batch_size=8 if executor is None or executor.name == "local" else None,
+                           progress=progress, description=problem.name, retry_failed=retry_failed,
+                           executor=executor or LocalExecutor())
         self.results: list[MeasureResult] = []
         self.seconds = 0.0
 
@@ -307,7 +309,8 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
                  db: Database | str | os.PathLike[str] | None = None, *, args: Sequence[Tensor] | None = None,
                  name: str | None = None, strategy: str = "evolutionary", seed: int = 0, jobs: int | None = None,
                  retune: bool = False, confirm: int = 4, confirm_rounds: int = 7, progress: bool | None = None,
-                 timer: Timer | None = None, retry_failed: bool = False, **gpu_options: Any) -> ScheduledKernel:
+                 timer: Timer | None = None, retry_failed: bool = False, executor: str | Executor | None = None,
+                 ray_address: str | None = None, **gpu_options: Any) -> ScheduledKernel:
     """Search for a fast schedule of the expressions and return it compiled and verified.
 
     `outputs_or_function`: output tensor(s), a `te.workloads` computation, or a function
@@ -319,10 +322,14 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
     `jobs`: compile processes (default 2 on the CPU, one per core for CUDA).
     `target="cuda"` hands the graph to the GPU auto-scheduler (`backends.triton`), with
     `strategy`, `jobs`, `timer`, `confirm` (> 1: re-time finalists) and `gpu_options` passed on.
+    `executor="ray"` (CPU target): candidates are compiled and measured on a Ray cluster's
+    nodes of this CPU (`ray_address`, docs/distributed.md); the finalists are re-timed here.
     """
     if target in GPU_TARGETS:
         if args is not None or name is not None or retry_failed:
             raise TEError("args=, name= and retry_failed= apply to target='cpu' only")
+        if executor not in (None, "local") or ray_address is not None:
+            raise TEError("executor='ray' applies to target='cpu' only (the GPU auto-scheduler measures locally)")
         from ..extras import needs_extra
         with needs_extra(f"te.autoschedule(target={target!r})", extra="triton"):
             import torch  # noqa: F401  (both are needed; say so before any work)
@@ -342,9 +349,14 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
         if kernel is not None:
             return kernel
     limit = Budget.of(budget, default_trials=64)
-    session = _Session(problem, database, tgt, strategy, seed, 2 if jobs is None else jobs, _progress(progress),
-                       timer, limit.trials, retry_failed)
-    session.run(limit)
+    runs_on = make_executor(executor, ray_address)
+    try:
+        session = _Session(problem, database, tgt, strategy, seed, 2 if jobs is None else jobs, _progress(progress),
+                           timer, limit.trials, retry_failed, runs_on)
+        session.run(limit)
+    finally:
+        if executor is None or isinstance(executor, str):
+            runs_on.close()
     return session.finish(confirm, confirm_rounds)
 
 
@@ -377,10 +389,13 @@ def autoschedule_many(problems: Sequence[Any], weights: Sequence[float] | None =
                       db: Database | str | os.PathLike[str] | None = None, *, target: str = "cpu",
                       policy: str = "gradient", trials_per_round: int = 16, seed: int = 0, jobs: int = 2,
                       retune: bool = False, confirm: int = 4, confirm_rounds: int = 5,
-                      timer: Timer | None = None) -> ScheduledMany:
+                      timer: Timer | None = None, executor: str | Executor | None = None,
+                      ray_address: str | None = None) -> ScheduledMany:
     """Auto-schedule several computations under one budget (trials in total), shared by the
     task scheduler (`policy` "gradient" or "round-robin") to minimise the weighted sum of
-    their latencies (`weights`: how often each runs; default 1)."""
+    their latencies (`weights`: how often each runs; default 1). `executor="ray"`: every
+    round's candidates are built and measured on a Ray cluster's nodes of this CPU, one
+    executor (and one set of measuring actors) shared by all the tasks."""
     _check_target(target)
     if not problems:
         raise ValueError("autoschedule_many needs at least one computation")
@@ -395,13 +410,30 @@ def autoschedule_many(problems: Sequence[Any], weights: Sequence[float] | None =
     tgt = Target.cpu()
     results: dict[int, ScheduledKernel] = {}
     sessions: dict[int, _Session] = {}
+    runs_on = make_executor(executor, ray_address)
+    try:
+        allocation = _schedule_many(parsed, weights, budget, database, tgt, policy, trials_per_round, seed, jobs,
+                                    retune, timer, runs_on, results, sessions)
+    finally:
+        if executor is None or isinstance(executor, str):
+            runs_on.close()
+    for k, s in sessions.items():
+        results[k] = s.finish(confirm, confirm_rounds)
+    return ScheduledMany(tuple(results[k] for k in range(len(parsed))), allocation)
+
+
+def _schedule_many(parsed: list[Problem], weights: list[float], budget: Budget | int | float | None,
+                   database: Database, tgt: Target, policy: str, trials_per_round: int, seed: int, jobs: int,
+                   retune: bool, timer: Timer | None, runs_on: Executor, results: dict[int, ScheduledKernel],
+                   sessions: dict[int, _Session]) -> ScheduleResult | None:
+    """The searches of `autoschedule_many`, under the task scheduler."""
     for k, p in enumerate(parsed):
         kernel = None if retune else rebuild_recorded(p, database, tgt, 0, 0.0, True)
         if kernel is not None:
             results[k] = kernel
         else:
             # one progress bar per round would be noise: the scheduler's rounds are the progress
-            sessions[k] = _Session(p, database, tgt, "evolutionary", seed + k, jobs, False, timer)
+            sessions[k] = _Session(p, database, tgt, "evolutionary", seed + k, jobs, False, timer, executor=runs_on)
     allocation = None
     if sessions:
         tasks = [Task(parsed[k].name, sessions[k].tune, weight=weights[k], flops=parsed[k].flops,
@@ -415,9 +447,7 @@ def autoschedule_many(problems: Sequence[Any], weights: Sequence[float] | None =
             trials_per_round = min(trials_per_round, shared.trials // len(sessions))
         allocation = TaskScheduler(tasks, budget=shared, policy=policy, trials_per_round=trials_per_round,
                                    seed=seed).run()
-        for k, s in sessions.items():
-            results[k] = s.finish(confirm, confirm_rounds)
-    return ScheduledMany(tuple(results[k] for k in range(len(parsed))), allocation)
+    return allocation
 
 
 def _group(p: Problem) -> str:

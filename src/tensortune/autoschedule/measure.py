@@ -23,6 +23,8 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import math
 import time
@@ -39,6 +41,7 @@ from ..measure import (BuildResult, CandidateError, ErrorKind, IsolatedWorker, M
                        failed_build, worker_state)
 from ..measure.attribution import LATE_SETTLE_SECONDS, WorkerRuns, measured_result
 from ..measure.errors import environment_cause
+from ..measure.executor import RemoteBuild, RemoteRunner, ShippedFile, materialize_library, shipped_build
 from ..space import Config
 from ..te.build import default_tolerance, reference_outputs
 from ..te.dtype import TEError, numpy_dtype
@@ -178,6 +181,24 @@ class SketchBuilder:
                 results[k] = BuildResult(configs[k], None, payload[0], payload[1], prep + seconds, payload[2])
         return [results[k] for k in range(len(configs))]
 
+    def remote_build(self) -> RemoteBuild:
+        """One configuration per call, on a node of the target; the library travels."""
+        one = SketchBuilder(self.sp, self.args, self.compiler, jobs=1, function=self.function)
+        return RemoteBuild(functools.partial(shipped_build, functools.partial(_build_single, one), _ship_candidate),
+                           timeout=self.compiler.timeout + 30)
+
+
+def _build_single(builder: SketchBuilder, config: Config) -> BuildResult:
+    return builder.build([config])[0]
+
+
+def _ship_candidate(candidate: Candidate) -> Candidate:
+    return dataclasses.replace(candidate, library=ShippedFile.of(candidate.library))
+
+
+def _unship_candidate(candidate: Candidate) -> Candidate:
+    return dataclasses.replace(candidate, library=materialize_library(candidate.library))
+
 
 @dataclass
 class _Reference:
@@ -278,6 +299,12 @@ class SketchRunner:
             yield from self._amended(measured.amendments)
         yield from self._amended(self.runs.finish())
 
+    def remote_runner(self) -> RemoteRunner:
+        """Measured in a Ray actor's isolated worker, on seeds of its own."""
+        return RemoteRunner(functools.partial(_sketch_runner, self.spec, self.timer, self.timeout, self.seed,
+                                              self.refresh, self.cutoff, self.memory_limit),
+                            unpack=_unship_candidate, timeout=4 * self.timeout + 120)
+
     def _amended(self, amendments: Sequence[MeasureResult]) -> Iterator[MeasureResult]:
         for amendment in amendments:
             self._by_source = {k: v for k, v in self._by_source.items() if v.config != amendment.config}
@@ -294,6 +321,11 @@ class SketchRunner:
 
     def close(self) -> None:
         self.runs.close()
+
+
+def _sketch_runner(spec: CheckSpec, timer: Timer, timeout: float, seed: int, refresh: int, cutoff: float,
+                   memory_limit: int | None, index: int) -> SketchRunner:
+    return SketchRunner(spec, timer, timeout, seed + 7919 * (index + 1), refresh, cutoff, memory_limit)
 
 
 def time_interleaved(libraries: Sequence[str], function: str, spec: CheckSpec, timer: Timer, rounds: int,

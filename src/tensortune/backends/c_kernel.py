@@ -22,6 +22,8 @@ import numpy as np
 
 from ..measure import (BuildResult, IsolatedWorker, MeasureResult, ProcessPoolBuilder,
                        Timer, check_close, worker_state)
+from ..measure.builder import build_one
+from ..measure.executor import RemoteBuild, RemoteRunner, ShippedFile, materialize_library, shipped_build
 from ..measure.runner import WorkerRunner
 from ..space import Config
 from ..te.dtype import is_float_array, numpy_dtype
@@ -105,6 +107,11 @@ class CBuilder(ProcessPoolBuilder):
         super().__init__(functools.partial(_compile, compiler, problem), jobs=jobs,
                          timeout=compiler.timeout + POOL_GRACE_SECONDS)
 
+    def remote_build(self) -> RemoteBuild:
+        """Built on a node of the target; the library travels to the measuring node."""
+        return RemoteBuild(functools.partial(shipped_build, functools.partial(build_one, self.build_fn),
+                                             ShippedFile.of), timeout=self.timeout)
+
 
 def run_c_candidate(library: str, problem: CProblem, timer: Timer, check_seed: int) -> tuple[float, ...]:
     """Inside the worker: check on fresh random inputs, then time. Returns seconds per run."""
@@ -152,6 +159,13 @@ class CRunner(WorkerRunner):
         self.problem = problem
         self.timer = timer or Timer()
         self._checks = seed
+        self.timeout, self.memory_limit = timeout, memory_limit
+
+    def remote_runner(self) -> RemoteRunner:
+        """Measured in a Ray actor's isolated worker; each actor checks on its own seeds."""
+        return RemoteRunner(functools.partial(_c_runner, self.problem, self.timer, self.timeout, self._checks,
+                                              self.memory_limit), unpack=materialize_library,
+                            timeout=4 * self.timeout + 120)
 
     def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
         def call_for(b: BuildResult) -> Callable[[IsolatedWorker], Any]:
@@ -159,3 +173,8 @@ class CRunner(WorkerRunner):
             library, seed = b.artifact, 1000 + self._checks  # a fresh check per candidate, the same on replay
             return lambda worker: worker.call(run_c_candidate, library, self.problem, self.timer, seed)
         return self.runs.run_all(builds, call_for)
+
+
+def _c_runner(problem: CProblem, timer: Timer, timeout: float, seed: int, memory_limit: int | None,
+              index: int) -> CRunner:
+    return CRunner(problem, timer, timeout, seed + 1_000_000 * (index + 1), memory_limit)

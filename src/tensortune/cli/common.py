@@ -9,10 +9,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +55,31 @@ def open_database(ctx: click.Context, db_path: str | None) -> Database:
 def print_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, default=str)
     sys.stdout.write("\n")
+
+
+def executor_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`--executor local|ray` and `--ray-address` for a command that tunes."""
+    fn = click.option("--ray-address", default=None, metavar="HOST:PORT",
+                      help="Ray cluster to join with --executor ray (default: $RAY_ADDRESS, else 'auto'; "
+                           "'local' starts Ray in this process).")(fn)
+    return click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                        help="Where candidates are built and measured: this machine, or a Ray cluster's "
+                             "nodes of this target (docs/distributed.md).")(fn)
+
+
+@contextlib.contextmanager
+def executor_errors() -> Iterator[None]:
+    """A missing Ray, an unreachable cluster or one without nodes of the target is a
+    message, not a traceback."""
+    from ..distributed.actor import TargetMismatch
+    from ..distributed.ray_executor import RayMissing
+    try:
+        yield
+    except (RayMissing, TargetMismatch) as exc:
+        raise click.ClickException(str(exc)) from None
+    except ConnectionError as exc:
+        raise click.ClickException(str(exc)) from None
+    except RuntimeError as exc:
+        if "Ray cluster" not in str(exc):
+            raise
+        raise click.ClickException(str(exc)) from None

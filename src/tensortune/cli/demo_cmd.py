@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..tuner import Budget
-from .common import check_strategy, db_option, open_database, print_json
+from .common import check_strategy, db_option, executor_errors, executor_options, open_database, print_json
 
 
 @click.command("demo")
@@ -26,16 +26,20 @@ from .common import check_strategy, db_option, open_database, print_json
 @click.option("--retune", is_flag=True, help="Measure again even if the database has a result.")
 @click.option("--retry-failed", is_flag=True,
               help="Measure again the configurations recorded as failed (after fixing what failed them).")
+@executor_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
 @click.pass_context
 def demo(ctx: click.Context, db_path: str | None, size: int, seconds: float, trials: int | None,
-         strategy: str, seed: int | None, retune: bool, retry_failed: bool, as_json: bool) -> None:
+         strategy: str, seed: int | None, retune: bool, retry_failed: bool, executor: str,
+         ray_address: str | None, as_json: bool) -> None:
     """Tune a C matrix multiplication on this CPU and compare it with numpy."""
     from ..demo.matmul import run_demo
 
     db = open_database(ctx, db_path)
-    report = run_demo(db, size, size, size, Budget(trials=trials, seconds=seconds), strategy=strategy,
-                      seed=seed, retune=retune, retry_failed=retry_failed, progress=not as_json)
+    with executor_errors():
+        report = run_demo(db, size, size, size, Budget(trials=trials, seconds=seconds), strategy=strategy,
+                          seed=seed, retune=retune, retry_failed=retry_failed, progress=not as_json,
+                          executor=executor, ray_address=ray_address)
     if as_json:
         print_json({**dataclasses.asdict(report), "speedup": report.speedup})
         return

@@ -9,6 +9,7 @@ from ..extras import MissingExtra
 from .bench_cmd import bench_group
 from .common import DB_HELP
 from .dashboard_cmd import dashboard, report
+from .cluster_cmd import cluster_group
 from .db_cmd import db_group
 from .demo_cmd import demo
 from .fleet_cmd import queue_group, worker
@@ -50,6 +51,7 @@ cli.add_command(dashboard)
 cli.add_command(report)
 cli.add_command(queue_group)
 cli.add_command(worker)
+cli.add_command(cluster_group)
 
 
 def main() -> None:

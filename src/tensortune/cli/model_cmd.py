@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from .common import db_option, print_json, resolve_db_path
+from .common import db_option, executor_errors, executor_options, print_json, resolve_db_path
 
 
 @click.group("model")
@@ -73,10 +73,12 @@ def make_input(spec: tuple[tuple[int, ...], str, tuple[int, int]], device: str) 
 @click.option("--export", "export_path", type=click.Path(dir_okay=False),
               help="Write the records of every kernel of the model to this JSON-lines file.")
 @db_option
+@executor_options
 @click.option("--json", "as_json", is_flag=True, help="Print the compile report as JSON.")
 @click.pass_context
 def model_tune(ctx: click.Context, factory: str, inputs: tuple[str, ...], target: str | None, budget: int | None,
-               retune: bool, prologues: str, export_path: str | None, db_path: str | None, as_json: bool) -> None:
+               retune: bool, prologues: str, export_path: str | None, db_path: str | None, executor: str,
+               ray_address: str | None, as_json: bool) -> None:
     """Import FACTORY (MODULE:NAME or FILE.py:NAME), compile its model for the inputs and tune it."""
     try:
         import torch
@@ -86,6 +88,8 @@ def model_tune(ctx: click.Context, factory: str, inputs: tuple[str, ...], target
     from ..graph import compile as compile_model
 
     device = target or ("cuda" if torch.cuda.is_available() else "cpu")
+    if executor == "ray" and device != "cpu":
+        raise click.ClickException("--executor ray applies to --target cpu only (GPU kernels are measured locally)")
     try:
         specs = [parse_input(text) for text in inputs]
         make = load_object(factory)
@@ -104,8 +108,10 @@ def model_tune(ctx: click.Context, factory: str, inputs: tuple[str, ...], target
     except (ValueError, ImportError, AttributeError, FileNotFoundError, TypeError) as exc:
         raise click.ClickException(str(exc)) from exc
     db = str(resolve_db_path(db_path or (ctx.obj or {}).get("db_path")))
-    compiled = compile_model(model, examples, target=device, budget=budget, db=db, retune=retune,
-                             progress=not as_json, prologues=prologues)
+    with executor_errors():
+        compiled = compile_model(model, examples, target=device, budget=budget, db=db, retune=retune,
+                                 progress=not as_json, prologues=prologues, executor=executor,
+                                 ray_address=ray_address)
     exported = None
     if export_path:
         from ..db import Database

@@ -20,7 +20,7 @@ import numpy as np
 from ..backends import ArrayArg, CBuilder, CProblem, CRunner, ScalarArg
 from ..backends.c_kernel import run_c_candidate
 from ..db import Database, Target, Workload
-from ..measure import CandidateError, ErrorKind, MeasureResult, Timer
+from ..measure import CandidateError, ErrorKind, Executor, MeasureResult, Timer
 from ..space import Boolean, Categorical, Config, Ordinal, Space
 from ..tuner import Budget, Tuner
 
@@ -105,7 +105,8 @@ def numpy_workload(m: int, n: int, k: int) -> Workload:
 def run_demo(db: Database, m: int = 512, n: int = 512, k: int = 512, budget: Budget | None = None,
              strategy: str = "auto", seed: int | None = None, retune: bool = False,
              progress: bool = True, jobs: int | None = None, rounds: int = 5,
-             retry_failed: bool = False) -> DemoReport:
+             retry_failed: bool = False, executor: str | Executor | None = None,
+             ray_address: str | None = None) -> DemoReport:
     """Tune (or answer from the database) and compare with the default and numpy.
 
     The final figures come from re-timing the best, the default and numpy interleaved,
@@ -114,6 +115,8 @@ def run_demo(db: Database, m: int = 512, n: int = 512, k: int = 512, budget: Bud
     Every configuration read from the database is checked against the template's space
     before it is built: a record of anything else (an imported file, a damaged row) is
     never compiled. `retry_failed`: measure again the candidates recorded as failed.
+    `executor="ray"` builds and measures the search's candidates on a Ray cluster's nodes
+    of this CPU (`ray_address`); the final comparison is timed here.
     """
     start = time.perf_counter()
     budget = budget or Budget(seconds=60)
@@ -133,7 +136,8 @@ def run_demo(db: Database, m: int = 512, n: int = 512, k: int = 512, budget: Bud
     try:
         tuner = Tuner(space, runner, builder=builder, workload=workload, target=target, db=db,
                       strategy=strategy, budget=budget, seed=seed, progress=progress,
-                      description=f"matmul {m}x{n}x{k}", retune=retune, retry_failed=retry_failed)
+                      description=f"matmul {m}x{n}x{k}", retune=retune, retry_failed=retry_failed,
+                      executor=executor, ray_address=ray_address)
         if retune or baseline_cfg.digest not in db.measured_configs(workload, target):
             for measured in runner.run(builder.build([baseline_cfg])):
                 db.add(workload, target, measured, strategy="baseline")

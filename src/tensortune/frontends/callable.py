@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..db import Database, Target, Workload
-from ..measure import CallableRunner, IsolatedCallableRunner, Timer
+from ..measure import CallableRunner, Executor, IsolatedCallableRunner, Timer
 from ..measure.main_guard import check_guarded
 from ..settings import Settings
 from ..space import Space
@@ -65,6 +65,8 @@ def tune(
     memory_limit: int | None = None,
     retune: bool = False,
     retry_failed: bool = False,
+    executor: "str | Executor | None" = None,
+    ray_address: str | None = None,
 ) -> TuneResult:
     """Search `space` for the keyword arguments that make `fn` fastest.
 
@@ -78,6 +80,11 @@ def tune(
     the machine's memory). Raises `TuningFailed` when no candidate succeeded, ValueError
     before measuring anything when the space's names do not fit `fn`, and RuntimeError
     when an isolated `fn` of a script is tuned outside `if __name__ == "__main__":`.
+
+    `executor`: "local" (this process or its worker; the default) or "ray" (each candidate
+    measured on a Ray actor of a node of this CPU's target, in that actor's isolated worker
+    with `isolate=True`; `fn` travels there by cloudpickle), or an `Executor`;
+    `ray_address`: the cluster (docs/distributed.md).
     """
     if not isinstance(space, Space):
         space = Space(space)
@@ -96,7 +103,8 @@ def tune(
         runner = CallableRunner(fn, timer, reference)
     workload = Workload.make(label, source_of(fn), dict(key or {}))
     tuner = Tuner(space, runner, workload=workload, target=Target.cpu(), db=open_db(db), strategy=strategy,
-                  budget=budget, seed=seed, progress=progress, retune=retune, retry_failed=retry_failed)
+                  budget=budget, seed=seed, progress=progress, retune=retune, retry_failed=retry_failed,
+                  executor=executor, ray_address=ray_address)
     tuner.strategy.pace_model(PACE_SHARE, PACE_SECONDS)
     try:
         result = tuner.run()

@@ -176,7 +176,8 @@ def compile(model: Any, example_inputs: Sequence[Any], *, target: str | None = N
     `target`: "cpu" or "cuda" (default: where the inputs are); `budget`: trials for the
     whole model (default 32 per kernel to tune), or seconds as a float; `db`: the records
     database; other options are `CompileOptions` fields (`retune`, `check`, `progress`,
-    `cuda_graphs`, `seed`, `jobs`).
+    `cuda_graphs`, `seed`, `jobs`, and `executor="ray"` with `ray_address` to build and
+    measure a CPU model's kernels on a Ray cluster).
     """
     import torch
     if not callable(model):

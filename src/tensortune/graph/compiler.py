@@ -55,7 +55,10 @@ class CompileOptions:
     `prologues`: cheap work that several contractions read (a norm's scaling) is
     recomputed in their loads ("fuse"), written once by a kernel of its own
     ("materialize"), or both cuts are tuned and the one whose kernels' measured times
-    add up to less is kept ("measure", the default)."""
+    add up to less is kept ("measure", the default).
+
+    `executor`/`ray_address`: where the CPU target's kernels are built and measured
+    ("local", or "ray": docs/distributed.md)."""
 
     target: str | None = None
     budget: int | float | None = None
@@ -74,6 +77,8 @@ class CompileOptions:
     def __post_init__(self) -> None:
         if self.prologues not in PROLOGUES:
             raise ValueError(f"prologues must be one of {list(PROLOGUES)}, not {self.prologues!r}")
+    executor: Any = None
+    ray_address: str | None = None
 
     @staticmethod
     def of(options: dict[str, Any] | None) -> "CompileOptions":
@@ -179,6 +184,15 @@ def _choose(variants: Sequence[_Variant], outcome: TuneOutcome) -> tuple[_Varian
     return variants[pick], f"{variants[pick].name} (kernel time per call: {said})"
 
 
+def _make_target(options: CompileOptions, device_type: str) -> Any:
+    extra: dict[str, Any] = {"jobs": options.jobs} if options.jobs else {}
+    if options.executor not in (None, "local") or options.ray_address is not None:
+        if (options.target or device_type) not in ("cpu", "c", "llvm"):
+            raise CompileError("executor='ray' applies to target='cpu' only (GPU kernels are measured locally)")
+        extra.update(executor=options.executor, ray_address=options.ray_address)
+    return make_target(options.target or device_type, **extra)
+
+
 def _tune(tasks: Sequence[GraphTask], options: CompileOptions, target: Any, db: Any) -> TuneOutcome:
     return tune_tasks(tasks, target, db=db, budget=options.budget, seed=options.seed, retune=options.retune,
                       progress=_progress(options.progress), policy=options.policy,
@@ -190,8 +204,7 @@ def tune_graphs(captures: Sequence[Captured], options: CompileOptions) -> TuneOu
     occurs in several graphs is one task, weighted by all its occurrences, and the task
     scheduler spends `options.budget` where the whole model gains most. `compile_graph`
     then builds each graph from the outcome (`tuned=`)."""
-    target = make_target(options.target or captures[0].device_type,
-                         **({"jobs": options.jobs} if options.jobs else {}))
+    target = _make_target(options, captures[0].device_type)
     try:
         tasks: dict[str, GraphTask] = {}
         for captured in captures:
@@ -244,7 +257,7 @@ def compile_graph(captured: Captured, options: CompileOptions, tuned: TuneOutcom
     """Compile one captured graph (see the module docstring); `tuned`: the outcome of
     `tune_graphs` over this graph and the model's others."""
     start = time.perf_counter()
-    target = make_target(options.target or captured.device_type, **({"jobs": options.jobs} if options.jobs else {}))
+    target = _make_target(options, captured.device_type)
     if (target.name == "cuda") != (captured.device_type == "cuda") and target.device != captured.device_type:
         raise CompileError(f"the inputs are on {captured.device_type} but the target is {target.name}; "
                            "move the model and inputs, or pass target=")

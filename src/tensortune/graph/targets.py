@@ -60,7 +60,10 @@ class CpuTarget:
     name: str = "cpu"
     device: str = "cpu"
     multi_anchor: bool = False
+    executor: Any = None  # "local" (default), "ray" or an Executor: where kernels are built and measured
+    ray_address: str | None = None
     _kinds: dict[str, str | None] = field(default_factory=dict, repr=False)
+    _runs_on: Any = field(default=None, repr=False)
 
     def legal(self, graph: Graph, nodes: frozenset[int]) -> bool:
         from ..te.dtype import FLOAT_TYPES
@@ -70,17 +73,22 @@ class CpuTarget:
         return kernel_kind(graph, nodes, self._kinds) in KINDS
 
     def search(self, kernel: KernelGraph, *, db: Any, seed: int, budget_hint: int | None) -> "CpuSearch":
-        return CpuSearch(kernel, db, seed, self.jobs, self.timer, budget_hint)
+        if self._runs_on is None:  # one executor (on Ray, one set of actors) for all the kernels
+            from ..measure import make_executor
+            self._runs_on = make_executor(self.executor, self.ray_address)
+        return CpuSearch(kernel, db, seed, self.jobs, self.timer, budget_hint, self._runs_on)
 
     def close(self) -> None:
-        pass
+        if self._runs_on is not None and (self.executor is None or isinstance(self.executor, str)):
+            self._runs_on.close()
+        self._runs_on = None
 
 
 class CpuSearch:
     """One kernel's search with the CPU auto-scheduler, resumable round by round."""
 
     def __init__(self, kernel: KernelGraph, db: Any, seed: int, jobs: int, timer: Any,
-                 budget_hint: int | None) -> None:
+                 budget_hint: int | None, executor: Any = None) -> None:
         from ..autoschedule.api import Problem
         from ..db import Target
 
@@ -89,6 +97,7 @@ class CpuSearch:
                                   name=f"kernel-{kernel.key}")
         self.db, self.target = db, Target.cpu()
         self.seed, self.jobs, self.timer, self.budget_hint = seed, jobs, timer, budget_hint
+        self.executor = executor
         self._session: Any = None
 
     @property
@@ -107,7 +116,7 @@ class CpuSearch:
         if self._session is None:
             from ..autoschedule.api import _Session
             self._session = _Session(self.problem, self.db, self.target, "evolutionary", self.seed, self.jobs,
-                                     False, self.timer, self.budget_hint)
+                                     False, self.timer, self.budget_hint, executor=self.executor)
         return self._session.tune(trials)
 
     def finish(self) -> Any:

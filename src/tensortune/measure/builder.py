@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import multiprocessing as mp
 import os
 import signal
@@ -23,6 +24,7 @@ from typing import Any, Protocol
 
 from ..space import Config
 from .errors import CandidateError, ErrorKind, environment_cause
+from .executor import RemoteBuild
 from .result import BuildResult
 from .worker import STARTUP_HINT, children_ignore_ctrl_c, classify_exception, exit_with_parent, lower_priority
 
@@ -46,11 +48,19 @@ class NullBuilder:
     def build(self, configs: Sequence[Config]) -> list[BuildResult]:
         return [BuildResult(c) for c in configs]
 
+    def remote_build(self) -> RemoteBuild:
+        return RemoteBuild(BuildResult, timeout=60.0, native=False)
+
 
 def _init_build_process() -> None:
     lower_priority()
     exit_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: no traceback per process
+
+
+def build_one(build: Callable[[Config], Any], config: Config) -> BuildResult:
+    """`build(config)` in this process as a `BuildResult` (a failure is the result)."""
+    return ProcessPoolBuilder._to_result(config, _timed_build(build, config))
 
 
 def _timed_build(build: Callable[[Config], Any], config: Config) -> tuple[str, Any, float]:
@@ -144,6 +154,10 @@ class ProcessPoolBuilder:
                 for cfg in lost:
                     results[cfg] = self._build_alone(cfg)
         return [results[c] for c in configs]
+
+    def remote_build(self) -> RemoteBuild:
+        """The recipe for building elsewhere (`measure.executor`): one configuration per call."""
+        return RemoteBuild(functools.partial(build_one, self.build_fn), timeout=self.timeout)
 
     def _build_alone(self, config: Config) -> BuildResult:
         """Build one configuration in a process of its own: whether it crashes its process."""

@@ -60,6 +60,13 @@ class MeasureResult:
         return "" if self.ok else str(self.extra.get("environment", ""))
 
     @property
+    def requeued(self) -> bool:
+        """A failure of the environment that only says the machine measuring it was lost
+        (a Ray node or actor, with the candidate in flight): measured again elsewhere,
+        and no sign that the environment keeps failing (the tuner's give-up streak)."""
+        return bool(self.environment and self.extra.get("requeued"))
+
+    @property
     def amends(self) -> bool:
         """A correction of an earlier result of the same configuration, not a new
         measurement: the candidate was found to have crashed its worker after it had

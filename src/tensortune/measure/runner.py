@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
@@ -18,6 +19,7 @@ import numpy as np
 
 from .attribution import LATE_SETTLE_SECONDS, WorkerRuns
 from .errors import CandidateError, WrongResult, environment_cause
+from .executor import RemoteRunner
 from .result import BuildResult, MeasureResult, failed_build
 from .timer import Timer
 from .worker import IsolatedWorker, classify_exception, worker_state
@@ -95,6 +97,15 @@ class CallableRunner:
             yield MeasureResult(b.config, times, compile_seconds=b.compile_seconds,
                                 run_seconds=time.perf_counter() - start)
 
+    def remote_runner(self) -> RemoteRunner:
+        """The recipe for measuring in a Ray actor (`fn` travels by cloudpickle there)."""
+        return RemoteRunner(functools.partial(_callable_runner, self.fn, self.timer, self.reference))
+
+
+def _callable_runner(fn: Callable[..., Any], timer: Timer, reference: Callable[..., Any] | None,
+                     index: int) -> CallableRunner:
+    return CallableRunner(fn, timer, reference)
+
 
 def _call_and_time(fn: Callable[..., Any], kwargs: dict[str, Any], timer: Timer,
                    reference: Callable[[], Any] | None) -> tuple[float, ...]:
@@ -144,9 +155,19 @@ class IsolatedCallableRunner(WorkerRunner):
         self.fn = fn
         self.timer = timer or Timer()
         self.reference = reference
+        self.timeout, self.memory_limit = timeout, memory_limit
 
     def run(self, builds: Sequence[BuildResult]) -> Iterator[MeasureResult]:
         def call_for(b: BuildResult) -> Callable[[IsolatedWorker], Any]:
             kwargs = dict(b.config)
             return lambda worker: worker.call(_call_and_time, self.fn, kwargs, self.timer, self.reference)
         return self.runs.run_all(builds, call_for)
+
+    def remote_runner(self) -> RemoteRunner:
+        return RemoteRunner(functools.partial(_isolated_callable_runner, self.fn, self.timer, self.reference,
+                                              self.timeout, self.memory_limit), timeout=4 * self.timeout + 120)
+
+
+def _isolated_callable_runner(fn: Callable[..., Any], timer: Timer, reference: Callable[[], Any] | None,
+                              timeout: float, memory_limit: int | None, index: int) -> IsolatedCallableRunner:
+    return IsolatedCallableRunner(fn, timer, reference, timeout, memory_limit)

@@ -1,0 +1,120 @@
+"""What runs on the Ray nodes: build tasks and measuring actors.
+
+A `MeasureActor` owns one measurement slot of its node (a GPU, or a CPU socket) and the
+runners measuring there, each with its isolated worker; it measures one candidate per
+call, so a lost actor loses at most the calls sent to it. It checks on start that its
+node is the target it was placed for (a mislabelled node would record another machine's
+times under this one's name).
+
+Example (on a node, through `RayExecutor`; here the plain class):
+    >>> from tensortune.db import Target
+    >>> MeasureActor(Target.make("replay", "x"), 0).ready()["index"]
+    0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from ..db import Target
+from ..measure import BuildResult, ErrorKind, MeasureResult
+from ..measure.executor import RemoteRunner
+from ..space import Config
+
+KEPT_RUNNERS = 4  # runners (with their workers) an actor keeps; the least recently used is closed
+
+
+class TargetMismatch(RuntimeError):
+    """A node advertises a target it is not."""
+
+
+def run_build(build: Callable[[Config], BuildResult], config: Config) -> BuildResult:
+    """The body of a build task."""
+    return build(config)
+
+
+def node_target(kind: str) -> Target | None:
+    """This node's target of `kind`, where it can be told here (the CPU's)."""
+    return Target.cpu() if kind == "cpu" else None
+
+
+class MeasureActor:
+    """Measures candidates for the runners the driver registers, one call at a time."""
+
+    def __init__(self, target: Target, index: int) -> None:
+        here = node_target(target.kind)
+        if here is not None and here != target:
+            raise TargetMismatch(f"node {socket.gethostname()} advertises the target {target.device} "
+                                 f"({target.arch}, {target.versions_json}) but is {here.device} ({here.arch}, "
+                                 f"{here.versions_json}); start it with `tensortune cluster resources`'s output")
+        self.target = target
+        self.index = index
+        self.node = _node_id()
+        self.runners: OrderedDict[str, tuple[Any, RemoteRunner]] = OrderedDict()
+
+    def ready(self) -> dict[str, Any]:
+        return {"index": self.index, "host": socket.gethostname(), "pid": os.getpid(), "node": self.node}
+
+    def _runner(self, key: str, recipe_box: list[Any]) -> tuple[Any, RemoteRunner]:
+        if key not in self.runners:
+            recipe = recipe_box[0]
+            if not isinstance(recipe, RemoteRunner):  # an object reference: fetched once per actor
+                import ray
+                recipe = ray.get(recipe)
+            self.runners[key] = (recipe.make(self.index), recipe)
+            while len(self.runners) > KEPT_RUNNERS:
+                _, (old, _) = self.runners.popitem(last=False)
+                _close(old)
+        self.runners.move_to_end(key)
+        return self.runners[key]
+
+    def measure(self, key: str, recipe_box: list[Any], build: BuildResult) -> list[MeasureResult]:
+        """The results of one built candidate (amendments of earlier ones may follow it)."""
+        runner, recipe = self._runner(key, recipe_box)
+        if build.ok and recipe.unpack is not None:
+            try:
+                build = dataclasses.replace(build, artifact=recipe.unpack(build.artifact))
+            except Exception as exc:  # noqa: BLE001 - the transfer's fault, not the candidate's
+                return [MeasureResult.failed(build.config, ErrorKind.CRASHED,
+                                             f"the built candidate could not be unpacked on this node: {exc}",
+                                             environment="artifact transfer failed",
+                                             compile_seconds=build.compile_seconds)]
+        results = list(runner.run([build]))
+        return [dataclasses.replace(r, extra={**r.extra, "ray_node": self.node, "ray_actor": self.index})
+                for r in results]
+
+    def late(self, key: str) -> list[MeasureResult]:
+        if key not in self.runners:
+            return []
+        runner, _ = self.runners[key]
+        return list(getattr(runner, "late_results", tuple)())
+
+    def forget(self, key: str) -> None:
+        entry = self.runners.pop(key, None)
+        if entry is not None:
+            _close(entry[0])
+
+    def shutdown(self) -> None:
+        for runner, _ in self.runners.values():
+            _close(runner)
+        self.runners.clear()
+
+
+def _node_id() -> str:
+    """The Ray node this actor lives on ("" outside Ray)."""
+    try:
+        import ray
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except ImportError:
+        return ""
+
+
+def _close(runner: Any) -> None:
+    close = getattr(runner, "close", None)
+    if close is not None:
+        close()
