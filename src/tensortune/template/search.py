@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..autoschedule.features import FEATURE_NAMES, program_features
+from ..autoschedule.tiles import prime_factors
 from ..model.xgb_rank import XGBRankModel
 from ..search.evolutionary import EvolutionarySearch
 from ..search.points import Point, PointOps
@@ -70,16 +71,6 @@ class TemplateFeatures:
         return self.configs([self.task.space.to_config(p) for p in points])
 
 
-def _prime_factors(n: int) -> list[int]:
-    out, p = [], 2
-    while p * p <= n:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    return out + ([n] if n > 1 else [])
-
-
 class TemplatePointOps(PointOps):
     """Point moves that keep each knob's meaning (a split's product stays its extent)."""
 
@@ -119,7 +110,8 @@ class TemplatePointOps(PointOps):
         i = sources[int(self.rng.integers(len(sources)))]
         j = int(self.rng.integers(len(ks) - 1))
         j = j + 1 if j >= i else j
-        p = _prime_factors(values[i])[int(self.rng.integers(len(_prime_factors(values[i]))))]
+        primes = prime_factors(values[i])
+        p = primes[int(self.rng.integers(len(primes)))]
         values[i] //= p
         values[j] *= p
         for k, v in zip(ks, values):
