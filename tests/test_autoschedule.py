@@ -78,8 +78,9 @@ def test_canonical_configs_drop_unused_holes_and_keep_constraints():
 
 @pytest.mark.parametrize("workload", [
     W.matmul(24, 40, 20), W.matmul_bias_relu(17, 33, 9), W.conv2d_nchw(1, 3, 9, 7, 4, 3, 3, stride=2, padding=1),
-    W.conv2d_nchw(1, 3, 6, 5, 32, 3, 3, padding=1), W.batch_matmul(2, 12, 20, 8), W.softmax(3, 37)],
-    ids=lambda w: f"{w.name}{dict(w.key).get('K', '')}")
+    W.conv2d_nchw(1, 3, 6, 5, 32, 3, 3, padding=1), W.batch_matmul(2, 12, 20, 8), W.softmax(3, 37),
+    W.matmul(24, 40, 20, layout="NT"), W.matmul(24, 40, 20, layout="TN"), W.matmul(9, 35, 13, layout="TT")],
+    ids=lambda w: f"{w.name}{dict(w.key).get('K', '')}{dict(w.key).get('layout', '')}")
 def test_random_annotations_build_correct_kernels(workload):
     sp = SketchSpace.of(workload.outputs)
     rng = np.random.default_rng(1)
@@ -107,6 +108,40 @@ def test_vector_axis_sketch_packs_the_operand_and_its_seeds_compute_the_conv():
     want = reference_outputs(w.outputs, **{t.name: a for t, a in zip(w.inputs, inputs)})["conv"]
     for cfg in seeds:
         check_close(te.build(apply_config(sp, cfg), list(w.args))(*inputs), want, 1e-3, 1e-3)
+
+
+def test_an_operand_read_across_the_vectorized_axis_is_packed_with_that_axis_last():
+    assert "C:cache_write(pack)" in keys(W.matmul(64, 96, 32, layout="NT"))  # B[j, k]: k is contiguous
+    assert not any("pack" in k for k in keys(W.matmul(64, 96, 32)) + keys(W.matmul(64, 96, 32, layout="TN")))
+    w = W.matmul(40, 96, 24, layout="NT")
+    sp = SketchSpace.of(w.outputs)
+    seeds = [c for c in register_tile_seeds(sp) if c["sketch"] == "C:cache_write(pack)"]
+    assert seeds
+    s = apply_config(sp, seeds[0])
+    text = str(s)
+    assert "allocate B.local: float32[24, 96] (global)" in text  # B^T laid out k, j: rows of j contiguous
+    assert [l.annotation for l in s["B.local"].loops] == ["parallel", ""]
+    assert "pack" in sp.sketches["C:cache_write(pack)"].describe(sp.graph)
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal(t.shape).astype("float32") for t in w.inputs)
+    for cfg in seeds:
+        check_close(te.build(apply_config(sp, cfg), list(w.args))(a, b), a @ b.T, 1e-3, 1e-3)
+    # a fused epilogue keeps its packed variant; so does a convolution whose filters come first (OHWI)
+    A, B, bias = te.placeholder((16, 8), name="A"), te.placeholder((32, 8), name="B"), te.placeholder((32,), name="bias")
+    k = te.reduce_axis(8, "k")
+    C = te.compute((16, 32), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), name="C")
+    D = te.compute((16, 32), lambda i, j: C[i, j] * 0.5 + bias[j], name="D")
+    assert "C:tile_local(pack)>D,D:tile_consumer<C" in [sk.key for sk in generate_sketches(D)]
+    data, weight = te.placeholder((1, 8, 8, 4), name="data"), te.placeholder((32, 3, 3, 4), name="weight")
+    rr, rs, rc = te.reduce_axis(3, "rr"), te.reduce_axis(3, "rs"), te.reduce_axis(4, "rc")
+    conv = te.compute((1, 6, 6, 32), lambda b_, y, x, f: te.sum(
+        data[b_, y + rr, x + rs, rc] * weight[f, rr, rs, rc], axis=[rr, rs, rc]), name="conv")
+    sp = SketchSpace.of(conv)
+    assert "conv:cache_write(pack)" in sp.sketches
+    cfg = next(c for c in register_tile_seeds(sp) if c["sketch"] == "conv:cache_write(pack)")
+    x, wt = rng.standard_normal((1, 8, 8, 4)).astype("float32"), rng.standard_normal((32, 3, 3, 4)).astype("float32")
+    want = reference_outputs([conv], data=x, weight=wt)["conv"]
+    check_close(te.build(apply_config(sp, cfg), [data, weight, conv])(x, wt), want, 1e-3, 1e-3)
 
 
 def test_a_parallel_producer_splits_its_work_across_threads_as_its_consumer_does():

@@ -47,9 +47,9 @@ def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
     for p in sketch.plans:
         if p.rule == CACHE_WRITE:
             local = s.cache_write(p.stage)
-            _tile_local(s, config, p.prefix, consumer=s[p.stage], local=s[local.name], vector=p.vector)
+            _tile_local(s, config, p.prefix, consumer=s[p.stage], local=s[local.name], vector=p.vector, pack=p.pack)
         elif p.rule == TILE_LOCAL:
-            _tile_local(s, config, p.prefix, consumer=s[p.partner], local=s[p.stage], vector=p.vector)
+            _tile_local(s, config, p.prefix, consumer=s[p.partner], local=s[p.stage], vector=p.vector, pack=p.pack)
         elif p.rule == TILE:
             _tile_root(s, config, p.prefix)
         elif p.rule == SIMPLE:
@@ -76,11 +76,14 @@ def _parallel(stage: Stage, loops: list[str]) -> str:
 
 
 def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: Stage, local: Stage,
-                vector: str = "") -> None:
+                vector: str = "", pack: bool = False) -> None:
     """The consumer gets the two outer spatial levels; `local` is computed at one of them
     and tiled reduce-space-reduce-space inside (SSRSRS overall). With a `vector` axis,
     the local tile is laid out and vectorized along it, and the inputs read along it
-    are packed with it last."""
+    are packed with it last; with `pack`, the inputs read along the last axis elsewhere
+    than in their last dimension are packed with it last."""
+    if pack:
+        _pack_along(s, local, local.op.axes[-1].name)
     if vector:
         _pack_along(s, local, vector)
         local.reorder_storage(*[a.name for a in local.op.axes if a.name != vector], vector)

@@ -41,13 +41,15 @@ def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
         if p.rule in (CACHE_WRITE, TILE_CONSUMER):
             local = f"{p.stage}.local" if p.rule == CACHE_WRITE else p.partner
             src = g[p.stage] if p.rule == CACHE_WRITE else g[p.partner]
-            vector = p.vector if p.rule == CACHE_WRITE else sketch.plan(p.partner).vector
-            if vector:
-                axis = next(a for a in src.spatial if a.name == vector)
+            tiled = p if p.rule == CACHE_WRITE else sketch.plan(p.partner)
+            vector = tiled.vector
+            packed_along = vector or (src.spatial[-1].name if tiled.pack else "")
+            if packed_along:
+                axis = next(a for a in src.spatial if a.name == packed_along)
                 for t, dim in packs(src.tensor.op.body, axis):
                     names = [f"i{d}" for d in range(len(t.shape))]
                     order = names[:dim] + names[dim + 1:] + [names[dim]]
-                    lines.append(f"  parallel for {', '.join(order)}   # packed with {vector} last, at the root")
+                    lines.append(f"  parallel for {', '.join(order)}   # packed with {packed_along} last, at the root")
                     lines.append(f"    {t.name}.local[{', '.join(order)}] = {t.name}[{', '.join(names)}]")
             lines += _tiled_local(sp, [r.name for r in src.reduce], local, _update(src, local),
                                   p.stage, f"{p.stage}[{', '.join(sp)}] = "

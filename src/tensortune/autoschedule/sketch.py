@@ -22,6 +22,12 @@ rules, after Ansor's CPU rules:
   out with it last, and every input read along it elsewhere than in its last dimension
   (the filters of the weights) is packed at the root into a copy laid out with it last;
   the other inputs are broadcast (NCHWc-style blocking, written as a schedule);
+- packing: when an input is read along the contiguous axis of the output elsewhere than
+  in its own last dimension (`B[j, k]` in `A @ B^T`, whose contiguous axis is the
+  reduction `k`), the local-tile sketches are also made with that input packed at the
+  root into a copy laid out with the output's contiguous axis last (`B.local[k, j]`), so
+  every vector of the register tile is one contiguous load: Ansor's multi-level tiling
+  with packing, which makes every operand layout of a matmul or convolution a row-major one;
 - `rfactor`: a reduction with little spatial parallelism and a long reduction is split
   into a partial reduction over a new spatial (parallel, vectorized) axis and a final one;
 - `simple`: everything else: outer spatial loops fused and parallel, the innermost
@@ -46,7 +52,7 @@ from .analysis import GraphInfo, StageInfo, analyze
 
 INLINE, SIMPLE, TILE, TILE_LOCAL, TILE_CONSUMER, CACHE_WRITE, RFACTOR = (
     "inline", "simple", "tile", "tile_local", "tile_consumer", "cache_write", "rfactor")
-RULES_VERSION = 5  # bump when sketches, holes or the code they generate change: records are keyed by it
+RULES_VERSION = 6  # bump when sketches, holes or the code they generate change: records are keyed by it
 MAX_SKETCHES = 16
 RFACTOR_MAX_SPATIAL = 64  # rfactor when the spatial size is at most this ...
 RFACTOR_MIN_REDUCE = 1024  # ... and the reduction at least this long
@@ -57,12 +63,14 @@ VECTOR_BYTES = 64  # a vector register (AVX-512); a vector axis fills whole ones
 class StagePlan:
     """The rule applied to one stage; `partner` is the consumer a `tile_local` stage is
     computed at, or the reduction whose tiles a `tile_consumer` shares; `vector` the
-    spatial axis a tiled stage vectorizes when it is not its last one."""
+    spatial axis a tiled stage vectorizes when it is not its last one; `pack` that the
+    inputs read along its last axis elsewhere than in their last dimension are packed."""
 
     stage: str
     rule: str
     partner: str = ""
     vector: str = ""
+    pack: bool = False
 
     @property
     def prefix(self) -> str:
@@ -71,7 +79,7 @@ class StagePlan:
 
     def __str__(self) -> str:
         sep = ">" if self.rule == TILE_LOCAL else "<"
-        vec = f"(vec {self.vector})" if self.vector else ""
+        vec = f"(vec {self.vector})" if self.vector else "(pack)" if self.pack else ""
         return f"{self.stage}:{self.rule}{vec}" + (f"{sep}{self.partner}" if self.partner else "")
 
 
@@ -149,13 +157,17 @@ def _reduction_plans(g: GraphInfo, names: list[str], inlined: set[str]) -> list[
         if needs_tiling(s):
             consumer = fusible_consumer(g, s, inlined)
             vectors = vector_axes(s, inlined)
+            pack = [True] if needs_packing(s, inlined) else []
             if consumer is not None and consumer not in taken:
                 taken.add(consumer)
                 options.append([{n: StagePlan(n, TILE_LOCAL, consumer, v),
-                                 consumer: StagePlan(consumer, TILE_CONSUMER, n)} for v in ["", *vectors]])
+                                 consumer: StagePlan(consumer, TILE_CONSUMER, n)} for v in ["", *vectors]]
+                               + [{n: StagePlan(n, TILE_LOCAL, consumer, pack=True),
+                                   consumer: StagePlan(consumer, TILE_CONSUMER, n)} for _ in pack])
             else:
                 options.append([{n: StagePlan(n, CACHE_WRITE)}, {n: StagePlan(n, TILE)}]
-                               + [{n: StagePlan(n, CACHE_WRITE, vector=v)} for v in vectors])
+                               + [{n: StagePlan(n, CACHE_WRITE, vector=v)} for v in vectors]
+                               + [{n: StagePlan(n, CACHE_WRITE, pack=True)} for _ in pack])
         elif needs_rfactor(s):
             options.append([{n: StagePlan(n, RFACTOR)}, {n: StagePlan(n, SIMPLE)}])
     out = []
@@ -190,6 +202,18 @@ def vector_axes(s: StageInfo, inlined: set[str] = frozenset()) -> list[str]:
             continue
         out.append(a.name)
     return out
+
+
+def needs_packing(s: StageInfo, inlined: set[str] = frozenset()) -> bool:
+    """Some input is read along the last (vectorized) axis of `s` elsewhere than in its
+    own last dimension, and every such read can be packed (`B[j, k]` for `A @ B^T`)."""
+    if not s.spatial:
+        return False
+    last = s.spatial[-1]
+    body = s.tensor.op.body
+    source = body.source if isinstance(body, Reduce) else body
+    strided = {t.name for t, _ in packs(body, last)}
+    return bool(strided) and all(packable(r, last, inlined) for r in reads(source) if r.tensor.name in strided)
 
 
 def packs(body, axis: IterVar) -> list[tuple[Tensor, int]]:
