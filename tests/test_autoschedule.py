@@ -144,6 +144,41 @@ def test_an_operand_read_across_the_vectorized_axis_is_packed_with_that_axis_las
     check_close(te.build(apply_config(sp, cfg), [data, weight, conv])(x, wt), want, 1e-3, 1e-3)
 
 
+def test_a_depthwise_convolution_gets_a_window_sketch_vectorized_along_its_columns():
+    assert not any("window" in k for k in keys(W.conv2d_nchw(1, 4, 8, 8, 4, 3, 3, padding=1)))  # a channel sum
+    w = W.depthwise_conv2d_nchw(1, 8, 8, 20, 3, 3, padding=1)
+    sp = SketchSpace.of(w.outputs)
+    assert "pad:simple,dwconv:window" in sp.sketches and "pad:inline,dwconv:window" in sp.sketches
+    assert "unroll for rr, rs, y.1" in sp.sketches["pad:simple,dwconv:window"].describe(sp.graph)
+    seeds = [c for c in register_tile_seeds(sp) if c["sketch"].endswith("window")]
+    assert seeds and seeds[0]["dwconv_win_tile_y"] == (4,) and seeds[0]["dwconv_win_tile_x"] == (20,)
+    s = apply_config(sp, seeds[0])
+    # channels outside in parallel; the window and the rows unrolled around one row of vectors
+    assert [(l.name, l.annotation) for l in s["dwconv"].loops][:1] == [("b@ch", "parallel")]
+    assert [(l.name, l.annotation) for l in s["dwconv.local"].loops][-4:] == [
+        ("rr", "unroll"), ("rs", "unroll"), ("y", "unroll"), ("x", "vectorize")]
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal(t.shape).astype("float32") for t in w.inputs]
+    want = reference_outputs(w.outputs, **{t.name: a for t, a in zip(w.inputs, inputs)})["dwconv"]
+    configs = seeds + [sp.canonical(c) for c in sp.space.sample(300, rng) if c["sketch"].endswith("window")][:4]
+    for cfg in configs:
+        check_close(te.build(apply_config(sp, cfg), list(w.args))(*inputs), want, 1e-3, 1e-3)
+    # strided, with a fused bias + ReLU: the consumer takes the window's loops
+    data, weight, bias = (te.placeholder((1, 4, 11, 11), name="data"), te.placeholder((4, 3, 3), name="weight"),
+                          te.placeholder((4,), name="bias"))
+    rr, rs = te.reduce_axis(3, "rr"), te.reduce_axis(3, "rs")
+    dw = te.compute((1, 4, 5, 5), lambda b, c, y, x: te.sum(data[b, c, 2 * y + rr, 2 * x + rs] * weight[c, rr, rs],
+                                                              axis=[rr, rs]), name="dw")
+    out = te.compute((1, 4, 5, 5), lambda b, c, y, x: te.maximum(dw[b, c, y, x] + bias[c], 0.0), name="out")
+    sp = SketchSpace.of(out)
+    assert "dw:window>out,out:tile_consumer<dw" in sp.sketches
+    arrays = {t.name: rng.standard_normal(t.shape).astype("float32") for t in (data, weight, bias)}
+    want = reference_outputs((out,), **arrays)["out"]
+    for cfg in [c for c in register_tile_seeds(sp) if c["sketch"].startswith("dw:window")]:
+        got = te.build(apply_config(sp, cfg), [data, weight, bias, out])(*arrays.values())
+        check_close(got, want, 1e-3, 1e-3)
+
+
 def test_a_parallel_producer_splits_its_work_across_threads_as_its_consumer_does():
     w = W.conv2d_nchw(1, 5, 7, 7, 32, 3, 3, padding=1)
     sp = SketchSpace.of(w.outputs)

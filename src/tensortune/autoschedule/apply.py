@@ -23,12 +23,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..te.expr import Reduce
-from ..te.schedule import Schedule, Stage
+from ..te.schedule import MAX_UNROLL, Schedule, Stage
 from ..te.visit import reads, walk
 from .analysis import StageInfo
 from .holes import SketchSpace, hole
 from .rfactor import rfactor_graph
-from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, Sketch, packs
+from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, WINDOW, Sketch, packs, window_axes
 
 
 def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
@@ -50,6 +50,13 @@ def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
             _tile_local(s, config, p.prefix, consumer=s[p.stage], local=s[local.name], vector=p.vector, pack=p.pack)
         elif p.rule == TILE_LOCAL:
             _tile_local(s, config, p.prefix, consumer=s[p.partner], local=s[p.stage], vector=p.vector, pack=p.pack)
+        elif p.rule == WINDOW:
+            if p.partner:
+                _window(s, config, p.prefix, consumer=s[p.partner], local=s[p.stage], axes=window_axes(sp.graph[p.stage]))
+            else:
+                local = s.cache_write(p.stage)
+                _window(s, config, p.prefix, consumer=s[p.stage], local=s[local.name],
+                        axes=window_axes(sp.graph[p.stage]))
         elif p.rule == TILE:
             _tile_root(s, config, p.prefix)
         elif p.rule == SIMPLE:
@@ -110,6 +117,46 @@ def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: S
     local.compute_at(consumer, attach)
     inner = [t[2:] if at == 2 else t[1:] for t in spatial]
     _tile_inner(local, config, anchor, inner, outer_spatial=(at == 1), vector=vector)
+
+
+def _window(s: Schedule, config: Mapping[str, Any], prefix: str, consumer: Stage, local: Stage,
+            axes: tuple[str, str] | None) -> None:
+    """A sliding-window reduction (depthwise convolution): the consumer's axes outside
+    the window (batch, channels) fused and parallel, then blocks of rows and of the
+    vectorized axis; `local`, a tile of rows x vectors, is computed in each block with the
+    window's loops outside its rows and vectors, all unrolled but the vector loop."""
+    assert axes is not None
+    rows, vec = axes
+    names = [a.name for a in local.op.axes]
+    kv = names.index(vec)
+    kr = names.index(rows) if rows else None
+    c_axes = [a.name for a in consumer.tensor.op.axes]  # the consumer reads the tile at its own index
+    outer = [c_axes[d] for d in range(len(c_axes)) if d not in (kr, kv)]
+    blocks, inner = [], []
+    if kr is not None:
+        yo, yi = consumer.split(c_axes[kr], factors=tuple(config[hole(prefix, f"tile_{rows}")]))
+        blocks.append(yo.name)
+        inner.append(yi.name)
+    xo, xi = consumer.split(c_axes[kv], factors=tuple(config[hole(prefix, f"tile_{vec}")]))
+    consumer.reorder(*outer, *blocks, xo.name, *inner, xi.name)
+    par = config[hole(prefix, "par")]
+    parallel = outer + (blocks if par == 2 or not outer else []) if par else []
+    if parallel:
+        _parallel(consumer, parallel)
+    consumer.vectorize(xi.name)
+    local.compute_at(consumer, xo.name)
+    l_outer = [names[d] for d in range(len(names)) if d not in (kr, kv)]
+    window = [r.name for r in local.op.reduce_axes]
+    l_rows = [names[kr]] if kr is not None else []
+    local.reorder(*l_outer, *window, *l_rows, vec)
+    local.vectorize(vec)
+    copies = 1
+    for loop in [*l_rows, *reversed(window)]:
+        copies *= local.loop(loop).extent
+        if copies > MAX_UNROLL:
+            break
+        if local.loop(loop).extent > 1:
+            local.unroll(loop)
 
 
 def _pack_along(s: Schedule, reader: Stage, vector: str) -> None:
