@@ -311,6 +311,8 @@ def test_bad_inputs_are_clear_errors():
         autoschedule(lambda: 3, db=":memory:")
     with pytest.raises(ValueError, match="weights"):
         autoschedule_many([W.matmul(8, 8, 8)], weights=[1.0, 2.0], db=":memory:")
+    with pytest.raises(te.TEError, match="layout 'NX' must be one of NN, NT, TN, TT"):
+        W.matmul(8, 8, 8, layout="NX")
 
 
 def test_any_registered_strategy_can_drive_the_search(tmp_path):
