@@ -126,6 +126,15 @@ def test_an_operand_read_across_the_vectorized_axis_is_packed_with_that_axis_las
     a, b = (rng.standard_normal(t.shape).astype("float32") for t in w.inputs)
     for cfg in seeds:
         check_close(te.build(apply_config(sp, cfg), list(w.args))(a, b), a @ b.T, 1e-3, 1e-3)
+    # a long transposed operand is copied by 16 x 16 blocks (40 = 2 blocks and a tail)
+    w = W.matmul(8, 64, 40, layout="NT")
+    sp = SketchSpace.of(w.outputs)
+    cfg = next(c for c in register_tile_seeds(sp) if c["sketch"] == "C:cache_write(pack)")
+    s = apply_config(sp, cfg)
+    assert [(l.name, l.extent, l.annotation) for l in s["B.local"].loops] == [
+        ("i1.0", 3, "parallel"), ("i0.0", 4, ""), ("i1.1", 16, ""), ("i0.1", 16, "vectorize")]  # k, j of B[j, k]
+    a, b = (rng.standard_normal(t.shape).astype("float32") for t in w.inputs)
+    check_close(te.build(s, list(w.args))(a, b), a @ b.T, 1e-3, 1e-3)
     # a fused epilogue keeps its packed variant; so does a convolution whose filters come first (OHWI)
     A, B, bias = te.placeholder((16, 8), name="A"), te.placeholder((32, 8), name="B"), te.placeholder((32,), name="bias")
     k = te.reduce_axis(8, "k")

@@ -30,6 +30,8 @@ from .holes import SketchSpace, hole
 from .rfactor import rfactor_graph
 from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, WINDOW, Sketch, packs, window_axes
 
+PACK_BLOCK = 16  # the blocks of a packed copy that transposes (one 64-byte line of float32 each way)
+
 
 def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
     """The schedule of `config` (its sketch with the holes filled); raises TEError when
@@ -162,15 +164,27 @@ def _window(s: Schedule, config: Mapping[str, Any], prefix: str, consumer: Stage
 def _pack_along(s: Schedule, reader: Stage, vector: str) -> None:
     """Copy each tensor `reader` reads along axis `vector` (other than in its last
     dimension) into a buffer laid out with that dimension last, at the root: the copy's
-    loops follow its layout (contiguous writes), the outer ones fused and parallel."""
+    loops follow its layout (contiguous writes), the outer ones fused and parallel. When
+    the source's own last dimension and the packed one are both long (a transposed
+    matrix), the copy goes by PACK_BLOCK x PACK_BLOCK blocks, so that it reads whole
+    cache lines of the source as it writes whole vectors of the copy."""
     axis = next(a for a in reader.op.axes if a.name == vector)
     for tensor, dim in packs(reader.op.body, axis):
         copy = s[s.cache_read(tensor.name, [reader.name])]
         names = [a.name for a in copy.op.axes]
         order = names[:dim] + names[dim + 1:] + [names[dim]]
         copy.reorder_storage(*order)
-        copy.reorder(*order)
-        _parallel(copy, order[:-1])
+        last, packed = names[-1], names[dim]
+        if min(tensor.shape[-1], tensor.shape[dim]) >= 2 * PACK_BLOCK:
+            lo, li = copy.split(last, PACK_BLOCK)
+            po, pi = copy.split(packed, PACK_BLOCK)
+            outer = [n for n in order[:-1] if n != last]
+            copy.reorder(*outer, lo.name, po.name, li.name, pi.name)
+            _parallel(copy, outer + [lo.name])
+            copy.vectorize(pi.name)
+        else:
+            copy.reorder(*order)
+            _parallel(copy, order[:-1])
 
 
 def _tile_root(s: Schedule, config: Mapping[str, Any], anchor: str) -> None:
