@@ -14,6 +14,11 @@ the JSON keeps every round. All contenders are first checked to compute the same
     .venv/bin/python benchmarks/cpu_kernels.py --workloads nt,depthwise --trials 100
     .venv/bin/python benchmarks/cpu_kernels.py --quick                  # tiny shapes, a smoke test
 
+On a machine other jobs keep busy, OpenMP's default waiting (threads spin, then sleep)
+makes a parallel kernel wait for a descheduled thread at every barrier; the published
+run sets OMP_WAIT_POLICY=PASSIVE for the whole process (torch's OpenMP reads it too),
+which the JSON records under machine.environment.
+
 numpy's depthwise convolution is nine shifted multiply-adds over the padded image
 (numpy has no convolution); its transposed matmuls are `np.matmul` on the transposed
 views (OpenBLAS takes the transposition as a flag, without a copy). torch's are
@@ -256,7 +261,8 @@ def main() -> None:
                                                                                          time.gmtime()),
         "machine": {"cpu": Target.cpu().device, "cores": os.cpu_count(), "python": platform.python_version(),
                     "numpy": np.__version__, "torch": torch.__version__,
-                    "shared": "other engineers' jobs ran on the same cores throughout"},
+                    "shared": "other engineers' jobs ran on the same cores throughout",
+                    "environment": {k: os.environ[k] for k in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS") if k in os.environ}},
         "trials": args.trials, "tune": tuned, "time": report,
     }
     out_path.parent.mkdir(parents=True, exist_ok=True)
