@@ -155,6 +155,11 @@ def test_an_operand_read_across_the_vectorized_axis_is_packed_with_that_axis_las
 
 def test_a_depthwise_convolution_gets_a_window_sketch_vectorized_along_its_columns():
     assert not any("window" in k for k in keys(W.conv2d_nchw(1, 4, 8, 8, 4, 3, 3, padding=1)))  # a channel sum
+    x, wg = te.placeholder((1, 16, 10, 10), name="x"), te.placeholder((16, 4, 3, 3), name="wg")
+    rc, rr, rs = te.reduce_axis(4, "rc"), te.reduce_axis(3, "rr"), te.reduce_axis(3, "rs")
+    grouped = te.compute((1, 16, 8, 8), lambda b, k, y, z: te.sum(
+        x[b, (k // 4) * 4 + rc, y + rr, z + rs] * wg[k, rc, rr, rs], axis=[rc, rr, rs]), name="grouped")
+    assert not any("window" in sk.key for sk in generate_sketches(grouped))  # a channel sum within each group
     w = W.depthwise_conv2d_nchw(1, 8, 8, 20, 3, 3, padding=1)
     sp = SketchSpace.of(w.outputs)
     assert "pad:simple,dwconv:window" in sp.sketches and "pad:inline,dwconv:window" in sp.sketches

@@ -51,6 +51,7 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..te.affine import Affine
 from ..te.expr import IterVar, Reduce
 from ..te.tensor import Tensor
 from ..te.visit import reads, walk
@@ -230,10 +231,13 @@ def window_axes(s: StageInfo) -> tuple[str, str] | None:
         slides = False
         for read in reads(source):
             for ix in read.indices:
-                used = {v for v in walk(ix) if isinstance(v, IterVar)}
-                if r in used and used - reduce:
+                atoms = [atom for atom, _ in Affine.of(ix).terms]
+                if r not in atoms or not all(isinstance(a, IterVar) for a in atoms):
+                    continue  # (a grouped convolution's channel `(f // 8) * 8 + rc` does not slide)
+                spatial = {a.name for a in atoms if a not in reduce}
+                if spatial:
                     slides = True
-                    windowed |= {v.name for v in used - reduce}
+                    windowed |= spatial
         if not slides:
             return None
     if s.spatial[-1].name not in windowed:
