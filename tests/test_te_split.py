@@ -117,7 +117,7 @@ def test_cpu_sketches_of_split_stages_build_kernels_that_match_the_interpreter(m
 def test_cpu_autoschedule_tunes_a_scaled_reduction_written_as_one_expression():
     k = autoschedule(scaled_scores(1, 16, 24, 8), budget=4, db=":memory:", progress=False, timer=FAST_TIMER,
                      confirm=1)
-    assert k.trials == 4 and "pack" in str(generate_sketches(scaled_scores(1, 16, 24, 8))[-1])
+    assert k.trials == 4 and any("(pack)" in sk.key for sk in generate_sketches(scaled_scores(1, 16, 24, 8)))
     rng = np.random.default_rng(2)
     q, kk = rng.standard_normal((1, 16, 8)).astype("float32"), rng.standard_normal((1, 24, 8)).astype("float32")
     check_close(k(q, kk), np.einsum("bid,bjd->bij", q, kk) * 0.25, 1e-4, 1e-4)
