@@ -78,8 +78,9 @@ def test_canonical_configs_drop_unused_holes_and_keep_constraints():
 
 @pytest.mark.parametrize("workload", [
     W.matmul(24, 40, 20), W.matmul_bias_relu(17, 33, 9), W.conv2d_nchw(1, 3, 9, 7, 4, 3, 3, stride=2, padding=1),
-    W.conv2d_nchw(1, 3, 6, 5, 32, 3, 3, padding=1), W.batch_matmul(2, 12, 20, 8), W.softmax(3, 37)],
-    ids=lambda w: f"{w.name}{dict(w.key).get('K', '')}")
+    W.conv2d_nchw(1, 3, 6, 5, 32, 3, 3, padding=1), W.batch_matmul(2, 12, 20, 8), W.softmax(3, 37),
+    W.matmul(24, 40, 20, layout="NT"), W.matmul(24, 40, 20, layout="TN"), W.matmul(9, 35, 13, layout="TT")],
+    ids=lambda w: f"{w.name}{dict(w.key).get('K', '')}{dict(w.key).get('layout', '')}")
 def test_random_annotations_build_correct_kernels(workload):
     sp = SketchSpace.of(workload.outputs)
     rng = np.random.default_rng(1)
@@ -107,6 +108,89 @@ def test_vector_axis_sketch_packs_the_operand_and_its_seeds_compute_the_conv():
     want = reference_outputs(w.outputs, **{t.name: a for t, a in zip(w.inputs, inputs)})["conv"]
     for cfg in seeds:
         check_close(te.build(apply_config(sp, cfg), list(w.args))(*inputs), want, 1e-3, 1e-3)
+
+
+def test_an_operand_read_across_the_vectorized_axis_is_packed_with_that_axis_last():
+    assert "C:cache_write(pack)" in keys(W.matmul(64, 96, 32, layout="NT"))  # B[j, k]: k is contiguous
+    assert not any("pack" in k for k in keys(W.matmul(64, 96, 32)) + keys(W.matmul(64, 96, 32, layout="TN")))
+    w = W.matmul(40, 96, 24, layout="NT")
+    sp = SketchSpace.of(w.outputs)
+    seeds = [c for c in register_tile_seeds(sp) if c["sketch"] == "C:cache_write(pack)"]
+    assert seeds
+    s = apply_config(sp, seeds[0])
+    text = str(s)
+    assert "allocate B.local: float32[24, 96] (global)" in text  # B^T laid out k, j: rows of j contiguous
+    assert [l.annotation for l in s["B.local"].loops] == ["parallel", ""]
+    assert "pack" in sp.sketches["C:cache_write(pack)"].describe(sp.graph)
+    rng = np.random.default_rng(4)
+    a, b = (rng.standard_normal(t.shape).astype("float32") for t in w.inputs)
+    for cfg in seeds:
+        check_close(te.build(apply_config(sp, cfg), list(w.args))(a, b), a @ b.T, 1e-3, 1e-3)
+    # a long transposed operand is copied by 16 x 16 blocks (40 = 2 blocks and a tail)
+    w = W.matmul(8, 64, 40, layout="NT")
+    sp = SketchSpace.of(w.outputs)
+    cfg = next(c for c in register_tile_seeds(sp) if c["sketch"] == "C:cache_write(pack)")
+    s = apply_config(sp, cfg)
+    assert [(l.name, l.extent, l.annotation) for l in s["B.local"].loops] == [
+        ("i1.0", 3, "parallel"), ("i0.0", 4, ""), ("i1.1", 16, ""), ("i0.1", 16, "vectorize")]  # k, j of B[j, k]
+    a, b = (rng.standard_normal(t.shape).astype("float32") for t in w.inputs)
+    check_close(te.build(s, list(w.args))(a, b), a @ b.T, 1e-3, 1e-3)
+    # a fused epilogue keeps its packed variant; so does a convolution whose filters come first (OHWI)
+    A, B, bias = te.placeholder((16, 8), name="A"), te.placeholder((32, 8), name="B"), te.placeholder((32,), name="bias")
+    k = te.reduce_axis(8, "k")
+    C = te.compute((16, 32), lambda i, j: te.sum(A[i, k] * B[j, k], axis=k), name="C")
+    D = te.compute((16, 32), lambda i, j: C[i, j] * 0.5 + bias[j], name="D")
+    assert "C:tile_local(pack)>D,D:tile_consumer<C" in [sk.key for sk in generate_sketches(D)]
+    data, weight = te.placeholder((1, 8, 8, 4), name="data"), te.placeholder((32, 3, 3, 4), name="weight")
+    rr, rs, rc = te.reduce_axis(3, "rr"), te.reduce_axis(3, "rs"), te.reduce_axis(4, "rc")
+    conv = te.compute((1, 6, 6, 32), lambda b_, y, x, f: te.sum(
+        data[b_, y + rr, x + rs, rc] * weight[f, rr, rs, rc], axis=[rr, rs, rc]), name="conv")
+    sp = SketchSpace.of(conv)
+    assert "conv:cache_write(pack)" in sp.sketches
+    cfg = next(c for c in register_tile_seeds(sp) if c["sketch"] == "conv:cache_write(pack)")
+    x, wt = rng.standard_normal((1, 8, 8, 4)).astype("float32"), rng.standard_normal((32, 3, 3, 4)).astype("float32")
+    want = reference_outputs([conv], data=x, weight=wt)["conv"]
+    check_close(te.build(apply_config(sp, cfg), [data, weight, conv])(x, wt), want, 1e-3, 1e-3)
+
+
+def test_a_depthwise_convolution_gets_a_window_sketch_vectorized_along_its_columns():
+    assert not any("window" in k for k in keys(W.conv2d_nchw(1, 4, 8, 8, 4, 3, 3, padding=1)))  # a channel sum
+    x, wg = te.placeholder((1, 16, 10, 10), name="x"), te.placeholder((16, 4, 3, 3), name="wg")
+    rc, rr, rs = te.reduce_axis(4, "rc"), te.reduce_axis(3, "rr"), te.reduce_axis(3, "rs")
+    grouped = te.compute((1, 16, 8, 8), lambda b, k, y, z: te.sum(
+        x[b, (k // 4) * 4 + rc, y + rr, z + rs] * wg[k, rc, rr, rs], axis=[rc, rr, rs]), name="grouped")
+    assert not any("window" in sk.key for sk in generate_sketches(grouped))  # a channel sum within each group
+    w = W.depthwise_conv2d_nchw(1, 8, 8, 20, 3, 3, padding=1)
+    sp = SketchSpace.of(w.outputs)
+    assert "pad:simple,dwconv:window" in sp.sketches and "pad:inline,dwconv:window" in sp.sketches
+    assert "unroll for rr, rs, y.1" in sp.sketches["pad:simple,dwconv:window"].describe(sp.graph)
+    seeds = [c for c in register_tile_seeds(sp) if c["sketch"].endswith("window")]
+    assert seeds and seeds[0]["dwconv_win_tile_y"] == (4,) and seeds[0]["dwconv_win_tile_x"] == (20,)
+    s = apply_config(sp, seeds[0])
+    # channels outside in parallel; the window and the rows unrolled around one row of vectors
+    assert [(l.name, l.annotation) for l in s["dwconv"].loops][:1] == [("b@ch", "parallel")]
+    assert [(l.name, l.annotation) for l in s["dwconv.local"].loops][-4:] == [
+        ("rr", "unroll"), ("rs", "unroll"), ("y", "unroll"), ("x", "vectorize")]
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal(t.shape).astype("float32") for t in w.inputs]
+    want = reference_outputs(w.outputs, **{t.name: a for t, a in zip(w.inputs, inputs)})["dwconv"]
+    configs = seeds + [sp.canonical(c) for c in sp.space.sample(300, rng) if c["sketch"].endswith("window")][:4]
+    for cfg in configs:
+        check_close(te.build(apply_config(sp, cfg), list(w.args))(*inputs), want, 1e-3, 1e-3)
+    # strided, with a fused bias + ReLU: the consumer takes the window's loops
+    data, weight, bias = (te.placeholder((1, 4, 11, 11), name="data"), te.placeholder((4, 3, 3), name="weight"),
+                          te.placeholder((4,), name="bias"))
+    rr, rs = te.reduce_axis(3, "rr"), te.reduce_axis(3, "rs")
+    dw = te.compute((1, 4, 5, 5), lambda b, c, y, x: te.sum(data[b, c, 2 * y + rr, 2 * x + rs] * weight[c, rr, rs],
+                                                              axis=[rr, rs]), name="dw")
+    out = te.compute((1, 4, 5, 5), lambda b, c, y, x: te.maximum(dw[b, c, y, x] + bias[c], 0.0), name="out")
+    sp = SketchSpace.of(out)
+    assert "dw:window>out,out:tile_consumer<dw" in sp.sketches
+    arrays = {t.name: rng.standard_normal(t.shape).astype("float32") for t in (data, weight, bias)}
+    want = reference_outputs((out,), **arrays)["out"]
+    for cfg in [c for c in register_tile_seeds(sp) if c["sketch"].startswith("dw:window")]:
+        got = te.build(apply_config(sp, cfg), [data, weight, bias, out])(*arrays.values())
+        check_close(got, want, 1e-3, 1e-3)
 
 
 def test_a_parallel_producer_splits_its_work_across_threads_as_its_consumer_does():
@@ -241,6 +325,8 @@ def test_bad_inputs_are_clear_errors():
         autoschedule(lambda: 3, db=":memory:")
     with pytest.raises(ValueError, match="weights"):
         autoschedule_many([W.matmul(8, 8, 8)], weights=[1.0, 2.0], db=":memory:")
+    with pytest.raises(te.TEError, match="layout 'NX' must be one of NN, NT, TN, TT"):
+        W.matmul(8, 8, 8, layout="NX")
 
 
 def test_any_registered_strategy_can_drive_the_search(tmp_path):

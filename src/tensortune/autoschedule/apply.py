@@ -23,12 +23,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..te.expr import Reduce
-from ..te.schedule import Schedule, Stage
+from ..te.schedule import MAX_UNROLL, Schedule, Stage
 from ..te.visit import reads, walk
 from .analysis import StageInfo
 from .holes import SketchSpace, hole
 from .rfactor import rfactor_graph
-from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, Sketch, packs
+from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, WINDOW, Sketch, packs, window_axes
+
+PACK_BLOCK = 16  # the blocks of a packed copy that transposes (one 64-byte line of float32 each way)
 
 
 def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
@@ -47,9 +49,16 @@ def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
     for p in sketch.plans:
         if p.rule == CACHE_WRITE:
             local = s.cache_write(p.stage)
-            _tile_local(s, config, p.prefix, consumer=s[p.stage], local=s[local.name], vector=p.vector)
+            _tile_local(s, config, p.prefix, consumer=s[p.stage], local=s[local.name], vector=p.vector, pack=p.pack)
         elif p.rule == TILE_LOCAL:
-            _tile_local(s, config, p.prefix, consumer=s[p.partner], local=s[p.stage], vector=p.vector)
+            _tile_local(s, config, p.prefix, consumer=s[p.partner], local=s[p.stage], vector=p.vector, pack=p.pack)
+        elif p.rule == WINDOW:
+            if p.partner:
+                _window(s, config, p.prefix, consumer=s[p.partner], local=s[p.stage], axes=window_axes(sp.graph[p.stage]))
+            else:
+                local = s.cache_write(p.stage)
+                _window(s, config, p.prefix, consumer=s[p.stage], local=s[local.name],
+                        axes=window_axes(sp.graph[p.stage]))
         elif p.rule == TILE:
             _tile_root(s, config, p.prefix)
         elif p.rule == SIMPLE:
@@ -76,11 +85,14 @@ def _parallel(stage: Stage, loops: list[str]) -> str:
 
 
 def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: Stage, local: Stage,
-                vector: str = "") -> None:
+                vector: str = "", pack: bool = False) -> None:
     """The consumer gets the two outer spatial levels; `local` is computed at one of them
     and tiled reduce-space-reduce-space inside (SSRSRS overall). With a `vector` axis,
     the local tile is laid out and vectorized along it, and the inputs read along it
-    are packed with it last."""
+    are packed with it last; with `pack`, the inputs read along the last axis elsewhere
+    than in their last dimension are packed with it last."""
+    if pack:
+        _pack_along(s, local, local.op.axes[-1].name)
     if vector:
         _pack_along(s, local, vector)
         local.reorder_storage(*[a.name for a in local.op.axes if a.name != vector], vector)
@@ -109,18 +121,70 @@ def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: S
     _tile_inner(local, config, anchor, inner, outer_spatial=(at == 1), vector=vector)
 
 
+def _window(s: Schedule, config: Mapping[str, Any], prefix: str, consumer: Stage, local: Stage,
+            axes: tuple[str, str] | None) -> None:
+    """A sliding-window reduction (depthwise convolution): the consumer's axes outside
+    the window (batch, channels) fused and parallel, then blocks of rows and of the
+    vectorized axis; `local`, a tile of rows x vectors, is computed in each block with the
+    window's loops outside its rows and vectors, all unrolled but the vector loop."""
+    assert axes is not None
+    rows, vec = axes
+    names = [a.name for a in local.op.axes]
+    kv = names.index(vec)
+    kr = names.index(rows) if rows else None
+    c_axes = [a.name for a in consumer.tensor.op.axes]  # the consumer reads the tile at its own index
+    outer = [c_axes[d] for d in range(len(c_axes)) if d not in (kr, kv)]
+    blocks, inner = [], []
+    if kr is not None:
+        yo, yi = consumer.split(c_axes[kr], factors=tuple(config[hole(prefix, f"tile_{rows}")]))
+        blocks.append(yo.name)
+        inner.append(yi.name)
+    xo, xi = consumer.split(c_axes[kv], factors=tuple(config[hole(prefix, f"tile_{vec}")]))
+    consumer.reorder(*outer, *blocks, xo.name, *inner, xi.name)
+    par = config[hole(prefix, "par")]
+    parallel = outer + (blocks if par == 2 or not outer else []) if par else []
+    if parallel:
+        _parallel(consumer, parallel)
+    consumer.vectorize(xi.name)
+    local.compute_at(consumer, xo.name)
+    l_outer = [names[d] for d in range(len(names)) if d not in (kr, kv)]
+    window = [r.name for r in local.op.reduce_axes]
+    l_rows = [names[kr]] if kr is not None else []
+    local.reorder(*l_outer, *window, *l_rows, vec)
+    local.vectorize(vec)
+    copies = 1
+    for loop in [*l_rows, *reversed(window)]:
+        copies *= local.loop(loop).extent
+        if copies > MAX_UNROLL:
+            break
+        if local.loop(loop).extent > 1:
+            local.unroll(loop)
+
+
 def _pack_along(s: Schedule, reader: Stage, vector: str) -> None:
     """Copy each tensor `reader` reads along axis `vector` (other than in its last
     dimension) into a buffer laid out with that dimension last, at the root: the copy's
-    loops follow its layout (contiguous writes), the outer ones fused and parallel."""
+    loops follow its layout (contiguous writes), the outer ones fused and parallel. When
+    the source's own last dimension and the packed one are both long (a transposed
+    matrix), the copy goes by PACK_BLOCK x PACK_BLOCK blocks, so that it reads whole
+    cache lines of the source as it writes whole vectors of the copy."""
     axis = next(a for a in reader.op.axes if a.name == vector)
     for tensor, dim in packs(reader.op.body, axis):
         copy = s[s.cache_read(tensor.name, [reader.name])]
         names = [a.name for a in copy.op.axes]
         order = names[:dim] + names[dim + 1:] + [names[dim]]
         copy.reorder_storage(*order)
-        copy.reorder(*order)
-        _parallel(copy, order[:-1])
+        last, packed = names[-1], names[dim]
+        if min(tensor.shape[-1], tensor.shape[dim]) >= 2 * PACK_BLOCK:
+            lo, li = copy.split(last, PACK_BLOCK)
+            po, pi = copy.split(packed, PACK_BLOCK)
+            outer = [n for n in order[:-1] if n != last]
+            copy.reorder(*outer, lo.name, po.name, li.name, pi.name)
+            _parallel(copy, outer + [lo.name])
+            copy.vectorize(pi.name)
+        else:
+            copy.reorder(*order)
+            _parallel(copy, order[:-1])
 
 
 def _tile_root(s: Schedule, config: Mapping[str, Any], anchor: str) -> None:

@@ -24,7 +24,8 @@ Example:
 from __future__ import annotations
 
 from .analysis import GraphInfo
-from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_CONSUMER, TILE_LOCAL, Sketch, packs
+from .sketch import (CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_CONSUMER, TILE_LOCAL, WINDOW, Sketch, packs,
+                     window_axes)
 
 
 def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
@@ -33,21 +34,28 @@ def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
     if inlined:
         lines.append(f"  inlined: {', '.join(inlined)}")
     for p in sketch.plans:
-        if p.rule in (INLINE, TILE_LOCAL):
+        if p.rule in (INLINE, TILE_LOCAL) or (p.rule == WINDOW and p.partner):
             continue
         s = g[p.stage]
         sp = [a.name for a in s.spatial]
         rd = [r.name for r in s.reduce]
-        if p.rule in (CACHE_WRITE, TILE_CONSUMER):
+        if p.rule == WINDOW or (p.rule == TILE_CONSUMER and sketch.plan(p.partner).rule == WINDOW):
+            src = s if p.rule == WINDOW else g[p.partner]
+            local = f"{p.stage}.local" if p.rule == WINDOW else p.partner
+            copy = f"{local}[...]" if p.rule == WINDOW else _text(s)
+            lines += _window(src, local, p.stage, copy)
+        elif p.rule in (CACHE_WRITE, TILE_CONSUMER):
             local = f"{p.stage}.local" if p.rule == CACHE_WRITE else p.partner
             src = g[p.stage] if p.rule == CACHE_WRITE else g[p.partner]
-            vector = p.vector if p.rule == CACHE_WRITE else sketch.plan(p.partner).vector
-            if vector:
-                axis = next(a for a in src.spatial if a.name == vector)
+            tiled = p if p.rule == CACHE_WRITE else sketch.plan(p.partner)
+            vector = tiled.vector
+            packed_along = vector or (src.spatial[-1].name if tiled.pack else "")
+            if packed_along:
+                axis = next(a for a in src.spatial if a.name == packed_along)
                 for t, dim in packs(src.tensor.op.body, axis):
                     names = [f"i{d}" for d in range(len(t.shape))]
                     order = names[:dim] + names[dim + 1:] + [names[dim]]
-                    lines.append(f"  parallel for {', '.join(order)}   # packed with {vector} last, at the root")
+                    lines.append(f"  parallel for {', '.join(order)}   # packed with {packed_along} last, at the root")
                     lines.append(f"    {t.name}.local[{', '.join(order)}] = {t.name}[{', '.join(names)}]")
             lines += _tiled_local(sp, [r.name for r in src.reduce], local, _update(src, local),
                                   p.stage, f"{p.stage}[{', '.join(sp)}] = "
@@ -108,6 +116,24 @@ def _tiled_local(sp, rd, local, update, stage, copy, vector="") -> list[str]:
         *([f"      for {', '.join(f'{a}.2*{a}.3' for a in sp[:-1])}"] if len(sp) > 1 else []),
         f"        {'' if len(sp) > 1 else ''}vectorize for {sp[-1]}.2*{sp[-1]}.3",
         f"          {copy}",
+    ]
+
+
+def _window(s, local, stage, copy) -> list[str]:
+    rows, vec = window_axes(s)
+    sp = [a.name for a in s.spatial]
+    outer = [a for a in sp if a not in (rows, vec)]
+    blocks = ([f"{rows}.0"] if rows else []) + [f"{vec}.0"]
+    tile = ([f"{rows}.1"] if rows else []) + [f"{vec}.1"]
+    return [
+        f"  parallel for {'@'.join(outer) or blocks[0]} (and {blocks[0]} with ? levels)",
+        f"    for {', '.join(blocks)}",
+        f"      {local} = 0 over the tile of ? rows x ? {vec}   # in registers",
+        f"      unroll for {', '.join(r.name for r in s.reduce)}" + (f", {rows}.1" if rows else ""),
+        f"        vectorize for {vec}.1",
+        f"          {_update(s, local)}",
+        f"      for {', '.join(tile[:-1]) or '(one row)'}: vectorize for {tile[-1]}",
+        f"        {stage}[{', '.join(sp)}] = {copy}",
     ]
 
 

@@ -28,13 +28,15 @@ from ..space import Categorical, Config, Space
 from ..space.constraints import Constraint
 from ..te.tensor import Tensor
 from .analysis import GraphInfo, StageInfo, analyze
-from .sketch import (CACHE_WRITE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, Sketch, generate_sketches)
+from .sketch import (CACHE_WRITE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, WINDOW, Sketch, generate_sketches,
+                     window_axes)
 from .tiles import tile_options
 
 UNROLL_STEPS = (0, 16, 64, 512)
 RFACTOR_FACTORS = (16, 32, 64, 128, 256, 512)
 MAX_VECTOR = 64  # innermost spatial tile of the contiguous axis
 MAX_REGISTER_ROWS = 16  # innermost tile of the other spatial axes
+MAX_WINDOW_ROWS = 8  # rows of a window rule's local tile
 VECTOR_ALIGN = 8  # the innermost tile of the contiguous axis is a multiple of this, or the whole axis
 MAX_REGISTER_TILE = 512  # elements of the innermost (register) tile: 32 vectors of 16 floats
 MAX_LOCAL_TILE = 32768  # elements of the two innermost tile levels (128 KiB of float32)
@@ -65,6 +67,8 @@ def sketch_holes(sketch: Sketch, g: GraphInfo) -> list[Hole]:
             out += _tile_holes(s, p.prefix, p.vector)
             if p.rule != TILE:
                 out.append(Hole(hole(p.prefix, "at"), (1, 2)))
+        elif p.rule == WINDOW:
+            out += _window_holes(s, p.prefix)
         elif p.rule == SIMPLE:
             out += _simple_holes(s)
         elif p.rule == RFACTOR:
@@ -103,6 +107,21 @@ def _tile_holes(s: StageInfo, prefix: str, vector: str = "") -> list[Hole]:
     # waiting for a descheduled thread, which must not make the search pick it for big work)
     out.append(Hole(hole(prefix, "par"), (1, 2, 0) if small(s) else (1, 2)))
     out.append(Hole(hole(prefix, "unroll"), UNROLL_STEPS))
+    return out
+
+
+def _window_holes(s: StageInfo, prefix: str) -> list[Hole]:
+    """Rows of the local tile (up to MAX_WINDOW_ROWS), its width along the vectorized axis
+    (whole vectors or the whole axis), and how many outer levels run in parallel (1: the
+    axes outside the window, as batch and channels; 2: also the blocks of rows)."""
+    rows, vec = window_axes(s)  # type: ignore[misc]
+    extent = {a.name: a.extent for a in s.spatial}
+    out = []
+    if rows:
+        out.append(Hole(hole(prefix, f"tile_{rows}"), tuple(tile_options(extent[rows], 2, MAX_WINDOW_ROWS, tails=True))))
+    widths = [t for t in tile_options(extent[vec], 2, MAX_VECTOR, tails=True) if vector_friendly(extent[vec], t[0])]
+    out.append(Hole(hole(prefix, f"tile_{vec}"), tuple(widths)))
+    out.append(Hole(hole(prefix, "par"), (1, 2, 0) if small(s) else (1, 2)))
     return out
 
 

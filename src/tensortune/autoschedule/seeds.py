@@ -27,17 +27,18 @@ from ..space import Config
 from ..te.expr import IterVar
 from ..te.visit import reads, walk
 from .holes import SketchSpace, hole
-from .sketch import TILE
+from .sketch import TILE, WINDOW, window_axes
 
 SHAPES = ((6, 64), (12, 32), (8, 32), (4, 64), (14, 32), (16, 16))  # (rows, vector elements): 16-28 registers
 VECTOR_AXIS_SHAPES = ((14, 32), (12, 32), (7, 64), (8, 32), (6, 64), (16, 16))
+WINDOW_ROWS = (4, 2, 7, 8)  # rows of a window sketch's tile (each loaded vector feeds up to R of them)
 MAX_SEEDS = 12
 
 
 def register_tile_seeds(sp: SketchSpace, rng: np.random.Generator | None = None) -> list[Config]:
     base = {p.name: p.values[0] for p in sp.space.params}
+    out = window_seeds(sp, base)
     local_first = sorted(sp.sketches.items(), key=lambda kv: any(p.rule == TILE for p in kv[1].plans))
-    out: list[Config] = []
     shapes = _shapes(sp)
     for n in range(max(len(shapes), len(VECTOR_AXIS_SHAPES))):
         for key, sketch in local_first:
@@ -63,6 +64,33 @@ def register_tile_seeds(sp: SketchSpace, rng: np.random.Generator | None = None)
             if len(out) >= MAX_SEEDS:
                 return out
     return out
+
+
+def window_seeds(sp: SketchSpace, base: dict) -> list[Config]:
+    """Window sketches with a few rows (WINDOW_ROWS) of the whole vectorized axis when it
+    is at most 64 wide (56 columns), else 64 of it, the outer axes in parallel."""
+    out: list[Config] = []
+    for rows in WINDOW_ROWS:
+        for key, sketch in sp.sketches.items():
+            plans = [p for p in sketch.plans if p.rule == WINDOW]
+            if not plans:
+                continue
+            values = dict(base, sketch=key)
+            for h in sp.holes[key]:
+                if h.name.endswith("_par"):
+                    values[h.name] = 1 if 1 in h.values else h.values[0]
+            for p in plans:
+                row_axis, vec = window_axes(sp.graph[p.stage])  # type: ignore[misc]
+                width = {a.name: a.extent for a in sp.graph[p.stage].spatial}[vec]
+                options = sp.space.params[sp.space.names.index(hole(p.prefix, f"tile_{vec}"))].values
+                values[hole(p.prefix, f"tile_{vec}")] = min(options, key=lambda t: abs(t[0] - min(width, 64)))
+                if row_axis:
+                    options = sp.space.params[sp.space.names.index(hole(p.prefix, f"tile_{row_axis}"))].values
+                    values[hole(p.prefix, f"tile_{row_axis}")] = min(options, key=lambda t: abs(t[0] - rows))
+            cfg = sp.canonical(Config(values))
+            if sp.space.is_valid(cfg) and cfg not in out:
+                out.append(cfg)
+    return out[:MAX_SEEDS // 2]
 
 
 def _shapes(sp: SketchSpace) -> list[tuple[int, int]]:

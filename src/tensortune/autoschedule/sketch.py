@@ -22,6 +22,19 @@ rules, after Ansor's CPU rules:
   out with it last, and every input read along it elsewhere than in its last dimension
   (the filters of the weights) is packed at the root into a copy laid out with it last;
   the other inputs are broadcast (NCHWc-style blocking, written as a schedule);
+- packing: when an input is read along the contiguous axis of the output elsewhere than
+  in its own last dimension (`B[j, k]` in `A @ B^T`, whose contiguous axis is the
+  reduction `k`), the local-tile sketches are made with that input packed at the root
+  (instead of reading it strided) into a copy laid out with the output's contiguous axis
+  last (`B.local[k, j]`), so
+  every vector of the register tile is one contiguous load: Ansor's multi-level tiling
+  with packing, which makes every operand layout of a matmul or convolution a row-major one;
+- `window`: a reduction whose every reduce axis slides a window along a spatial axis
+  (a depthwise convolution: `pad[b, c, y + rr, x + rs] * weight[c, rr, rs]`, no channel
+  sum) is also sketched vectorized along its last spatial axis: the other axes (batch,
+  channels) fused into the parallel loop outside, a local tile of a few rows by one row
+  of vectors, and the whole window unrolled around it, so each loaded vector of the
+  image is multiplied by a broadcast weight into registers;
 - `rfactor`: a reduction with little spatial parallelism and a long reduction is split
   into a partial reduction over a new spatial (parallel, vectorized) axis and a final one;
 - `simple`: everything else: outer spatial loops fused and parallel, the innermost
@@ -39,14 +52,15 @@ import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..te.affine import Affine
 from ..te.expr import IterVar, Reduce
 from ..te.tensor import Tensor
 from ..te.visit import reads, walk
 from .analysis import GraphInfo, StageInfo, analyze
 
-INLINE, SIMPLE, TILE, TILE_LOCAL, TILE_CONSUMER, CACHE_WRITE, RFACTOR = (
-    "inline", "simple", "tile", "tile_local", "tile_consumer", "cache_write", "rfactor")
-RULES_VERSION = 5  # bump when sketches, holes or the code they generate change: records are keyed by it
+INLINE, SIMPLE, TILE, TILE_LOCAL, TILE_CONSUMER, CACHE_WRITE, RFACTOR, WINDOW = (
+    "inline", "simple", "tile", "tile_local", "tile_consumer", "cache_write", "rfactor", "window")
+RULES_VERSION = 7  # bump when sketches, holes or the code they generate change: records are keyed by it
 MAX_SKETCHES = 16
 RFACTOR_MAX_SPATIAL = 64  # rfactor when the spatial size is at most this ...
 RFACTOR_MIN_REDUCE = 1024  # ... and the reduction at least this long
@@ -57,21 +71,25 @@ VECTOR_BYTES = 64  # a vector register (AVX-512); a vector axis fills whole ones
 class StagePlan:
     """The rule applied to one stage; `partner` is the consumer a `tile_local` stage is
     computed at, or the reduction whose tiles a `tile_consumer` shares; `vector` the
-    spatial axis a tiled stage vectorizes when it is not its last one."""
+    spatial axis a tiled stage vectorizes when it is not its last one; `pack` that the
+    inputs read along its last axis elsewhere than in their last dimension are packed."""
 
     stage: str
     rule: str
     partner: str = ""
     vector: str = ""
+    pack: bool = False
 
     @property
     def prefix(self) -> str:
-        """What this plan's holes are named after: the stage (and its vector axis)."""
+        """What this plan's holes are named after: the stage (and its vector axis or rule)."""
+        if self.rule == WINDOW:
+            return f"{self.stage}.win"
         return f"{self.stage}.vec_{self.vector}" if self.vector else self.stage
 
     def __str__(self) -> str:
-        sep = ">" if self.rule == TILE_LOCAL else "<"
-        vec = f"(vec {self.vector})" if self.vector else ""
+        sep = ">" if self.rule in (TILE_LOCAL, WINDOW) else "<"
+        vec = f"(vec {self.vector})" if self.vector else "(pack)" if self.pack else ""
         return f"{self.stage}:{self.rule}{vec}" + (f"{sep}{self.partner}" if self.partner else "")
 
 
@@ -149,13 +167,20 @@ def _reduction_plans(g: GraphInfo, names: list[str], inlined: set[str]) -> list[
         if needs_tiling(s):
             consumer = fusible_consumer(g, s, inlined)
             vectors = vector_axes(s, inlined)
+            window = [True] if window_axes(s) is not None else []
+            # a packed local tile replaces the unpacked one, which would gather every vector
+            # (measured 2-6 GFLOP/s against 40-80 for A @ B^T): the search spends no trials on it
+            packed = needs_packing(s, inlined)
             if consumer is not None and consumer not in taken:
                 taken.add(consumer)
-                options.append([{n: StagePlan(n, TILE_LOCAL, consumer, v),
-                                 consumer: StagePlan(consumer, TILE_CONSUMER, n)} for v in ["", *vectors]])
+                fused = [StagePlan(n, TILE_LOCAL, consumer, pack=packed)]
+                fused += [StagePlan(n, TILE_LOCAL, consumer, v) for v in vectors]
+                fused += [StagePlan(n, WINDOW, consumer) for _ in window]
+                options.append([{n: p, consumer: StagePlan(consumer, TILE_CONSUMER, n)} for p in fused])
             else:
-                options.append([{n: StagePlan(n, CACHE_WRITE)}, {n: StagePlan(n, TILE)}]
-                               + [{n: StagePlan(n, CACHE_WRITE, vector=v)} for v in vectors])
+                options.append([{n: StagePlan(n, CACHE_WRITE, pack=packed)}, {n: StagePlan(n, TILE)}]
+                               + [{n: StagePlan(n, CACHE_WRITE, vector=v)} for v in vectors]
+                               + [{n: StagePlan(n, WINDOW)} for _ in window])
         elif needs_rfactor(s):
             options.append([{n: StagePlan(n, RFACTOR)}, {n: StagePlan(n, SIMPLE)}])
     out = []
@@ -190,6 +215,49 @@ def vector_axes(s: StageInfo, inlined: set[str] = frozenset()) -> list[str]:
             continue
         out.append(a.name)
     return out
+
+
+def window_axes(s: StageInfo) -> tuple[str, str] | None:
+    """(rows, vector) axes of a sliding-window reduction, or None. Every reduce axis must
+    appear in some index together with a spatial axis (`y + rr`; a channel sum `rc`,
+    which appears alone, makes a convolution proper instead), and the last spatial axis
+    must be one of those: it is vectorized; the windowed axis before it gives the rows
+    ("" when there is none)."""
+    if not (s.is_reduction and s.has_reuse) or not s.spatial:
+        return None
+    body = s.tensor.op.body
+    source = body.source if isinstance(body, Reduce) else body
+    reduce = set(s.reduce)
+    windowed: set[str] = set()
+    for r in s.reduce:
+        slides = False
+        for read in reads(source):
+            for ix in read.indices:
+                atoms = [atom for atom, _ in Affine.of(ix).terms]
+                if r not in atoms or not all(isinstance(a, IterVar) for a in atoms):
+                    continue  # (a grouped convolution's channel `(f // 8) * 8 + rc` does not slide)
+                spatial = {a.name for a in atoms if a not in reduce}
+                if spatial:
+                    slides = True
+                    windowed |= spatial
+        if not slides:
+            return None
+    if s.spatial[-1].name not in windowed:
+        return None
+    rows = [a.name for a in s.spatial[:-1] if a.name in windowed]
+    return (rows[-1] if rows else ""), s.spatial[-1].name
+
+
+def needs_packing(s: StageInfo, inlined: set[str] = frozenset()) -> bool:
+    """Some input is read along the last (vectorized) axis of `s` elsewhere than in its
+    own last dimension, and every such read can be packed (`B[j, k]` for `A @ B^T`)."""
+    if not s.spatial:
+        return False
+    last = s.spatial[-1]
+    body = s.tensor.op.body
+    source = body.source if isinstance(body, Reduce) else body
+    strided = {t.name for t, _ in packs(body, last)}
+    return bool(strided) and all(packable(r, last, inlined) for r in reads(source) if r.tensor.name in strided)
 
 
 def packs(body, axis: IterVar) -> list[tuple[Tensor, int]]:

@@ -20,6 +20,7 @@ from typing import Any
 from .affine import interval
 from .dtype import INDEX, TEError, check_dtype, is_int
 from .expr import Const, Expr, IterVar, Reduce, Select, TensorRead, as_expr
+from .split import has_inner_reduction, lift_reductions
 from .visit import children, itervars, reads, walk
 
 
@@ -120,6 +121,8 @@ def compute(shape: Sequence[int] | int, fcompute: Callable[..., Any], name: str 
     body = as_expr(fcompute(*axes))
     if body.dtype == "bool":
         raise TEError(f"compute {name!r} yields a condition; select numbers with te.select")
+    if has_inner_reduction(body):  # each becomes a stage of its own (te/split.py)
+        body = lift_reductions(name, axes, body, compute)
     reduce_axes = body.axes if isinstance(body, Reduce) else ()
     _check_body(name, axes, reduce_axes, body)
     return Tensor(name, shape, body.dtype, ComputeOp(axes, reduce_axes, body, tag))
@@ -144,10 +147,6 @@ def _check_body(name: str, axes: tuple[IterVar, ...], reduce_axes: tuple[IterVar
     if dup:
         raise TEError(f"compute {name!r}: axis name(s) {sorted(dup)} used twice")
     inner = body.source if isinstance(body, Reduce) else body
-    for node in walk(inner):
-        if isinstance(node, Reduce):
-            raise TEError(f"compute {name!r}: a reduction (te.{node.combiner}) must be the whole body, not part "
-                          "of an expression; compute it as its own tensor and combine in another compute")
     known = set(axes) | set(reduce_axes)
     for v in itervars(body):
         if v not in known:

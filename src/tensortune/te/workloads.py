@@ -38,12 +38,20 @@ class Computation:
         return self.outputs[0]
 
 
-def matmul(m: int, n: int, k: int, dtype: str = "float32") -> Computation:
-    A = placeholder((m, k), dtype, "A")
-    B = placeholder((k, n), dtype, "B")
+def matmul(m: int, n: int, k: int, dtype: str = "float32", layout: str = "NN") -> Computation:
+    """C = A @ B (m x n, reducing over k). `layout` says which operands are stored
+    transposed, as BLAS does: "NN" (A is m x k, B is k x n), "NT" (B is n x k: A @ B^T),
+    "TN" (A is k x m: A^T @ B) or "TT"."""
+    if layout not in ("NN", "NT", "TN", "TT"):
+        raise TEError(f"matmul layout {layout!r} must be one of NN, NT, TN, TT")
+    ta, tb = layout[0] == "T", layout[1] == "T"
+    A = placeholder((k, m) if ta else (m, k), dtype, "A")
+    B = placeholder((n, k) if tb else (k, n), dtype, "B")
     r = ops.reduce_axis(k, "k")
-    C = compute((m, n), lambda i, j: ops.sum(A[i, r] * B[r, j], axis=r), name="C")
-    return Computation("matmul", (A, B), (C,), 2.0 * m * n * k, (("M", m), ("N", n), ("K", k), ("dtype", dtype)))
+    C = compute((m, n), lambda i, j: ops.sum((A[r, i] if ta else A[i, r]) * (B[j, r] if tb else B[r, j]), axis=r),
+                name="C")
+    key = (("M", m), ("N", n), ("K", k), ("dtype", dtype)) + ((("layout", layout),) if layout != "NN" else ())
+    return Computation("matmul", (A, B), (C,), 2.0 * m * n * k, key)
 
 
 def batch_matmul(b: int, m: int, n: int, k: int, dtype: str = "float32") -> Computation:
