@@ -22,13 +22,14 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..te.affine import Affine
-from ..te.dtype import itemsize, stored_dtype
+from ..te.dtype import TEError, itemsize, stored_dtype
 from ..te.expr import Binary, Buffer, BufferLoad, Call, Expr, Var
 from ..te.ir import Allocate, For, IfThenElse, LoweredFunc, Stmt, Store, stmt_children
 from ..te.visit import walk
@@ -215,3 +216,44 @@ def _store_block(s: Store, loops: tuple[For, ...], guards: tuple[int, ...], core
         block.append(_log(it * flops_per_iter / max(totals[lv - 1], 1.0)))
     block.append(_log(iters * flops_per_iter / max(totals[LEVELS], 1.0)))
     return block
+
+
+class LoopNestFeatures:
+    """Feature rows of a space's configurations, from the loop nests they lower to (cached
+    by `key`, which configurations of one program share); a configuration te refuses gets
+    a row of NaN. Subclasses say how a configuration lowers (`lowered`)."""
+
+    def __init__(self, space: Any, cores: int = 2) -> None:
+        self.space = space
+        self.cores = cores
+        self.names = list(FEATURE_NAMES)
+        self._cache: dict[Any, np.ndarray] = {}
+
+    @property
+    def width(self) -> int:
+        return len(self.names)
+
+    def key(self, config: Any) -> Any:
+        return config
+
+    def lowered(self, config: Any) -> LoweredFunc:
+        raise NotImplementedError
+
+    def config_row(self, config: Any) -> np.ndarray:
+        key = self.key(config)
+        row = self._cache.get(key)
+        if row is None:
+            try:
+                row = program_features(self.lowered(key), self.cores)
+            except TEError:
+                row = np.full(self.width, np.nan)
+            self._cache[key] = row
+        return row
+
+    def configs(self, configs: Sequence[Any]) -> np.ndarray:
+        if len(configs) == 0:
+            return np.zeros((0, self.width))
+        return np.stack([self.config_row(c) for c in configs])
+
+    def points(self, points: Sequence[Sequence[int]]) -> np.ndarray:
+        return self.configs([self.space.to_config(p) for p in points])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,9 +29,8 @@ from ..model.xgb_rank import XGBRankModel
 from ..space import Config
 from ..search.evolutionary import EvolutionarySearch
 from ..search.points import Point, PointOps
-from ..te.dtype import TEError
 from .apply import apply_config
-from .features import FEATURE_NAMES, program_features
+from .features import LoopNestFeatures
 from .tiles import move_factor
 from .holes import SketchSpace, hole
 from .seeds import register_tile_seeds
@@ -38,34 +38,18 @@ from .seeds import register_tile_seeds
 MUTATION_WEIGHTS = {"tile": 0.85, "par": 0.05, "unroll": 0.05, "at": 0.05}
 
 
-class ProgramFeatures:
+class ProgramFeatures(LoopNestFeatures):
     """Feature rows of points, from their canonical programs' loop nests (cached)."""
 
     def __init__(self, sp: SketchSpace, cores: int = 2) -> None:
+        super().__init__(sp.space, cores)
         self.sp = sp
-        self.cores = cores
-        self.names = list(FEATURE_NAMES)
-        self._cache: dict[Config, np.ndarray] = {}
 
-    @property
-    def width(self) -> int:
-        return len(self.names)
+    def key(self, config: Config) -> Config:
+        return self.sp.canonical(config)
 
-    def config_row(self, config: Config) -> np.ndarray:
-        canon = self.sp.canonical(config)
-        row = self._cache.get(canon)
-        if row is None:
-            try:
-                row = program_features(apply_config(self.sp, canon).lower(), self.cores)
-            except TEError:
-                row = np.full(len(self.names), np.nan)
-            self._cache[canon] = row
-        return row
-
-    def points(self, points: Sequence[Sequence[int]]) -> np.ndarray:
-        if len(points) == 0:
-            return np.zeros((0, self.width))
-        return np.stack([self.config_row(self.sp.space.to_config(p)) for p in points])
+    def lowered(self, config: Config) -> Any:
+        return apply_config(self.sp, config).lower()
 
 
 class SketchPointOps(PointOps):

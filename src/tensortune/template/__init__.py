@@ -37,7 +37,24 @@ _LAZY = {
 }
 
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "AnnotateValue",
+    "KnobCollector",
+    "OrderValue",
+    "SplitValue",
+    "Template",
+    "TemplateError",
+    "TemplateFeatures",
+    "TemplateSearch",
+    "TemplateTask",
+    "TunedTemplate",
+    "get_template",
+    "load_best",
+    "prior_model",
+    "registered",
+    "template",
+    "tune",
+]
 
 
 def __dir__() -> list[str]:
@@ -54,4 +71,21 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "AnnotateValue",
+    "KnobCollector",
+    "OrderValue",
+    "SplitValue",
+    "Template",
+    "TemplateError",
+    "TemplateFeatures",
+    "TemplateSearch",
+    "TemplateTask",
+    "TunedTemplate",
+    "get_template",
+    "load_best",
+    "prior_model",
+    "registered",
+    "template",
+    "tune",
+]

@@ -22,53 +22,31 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from ..autoschedule.features import FEATURE_NAMES, program_features
+from ..autoschedule.features import LoopNestFeatures
 from ..autoschedule.tiles import prime_factors
 from ..model.xgb_rank import XGBRankModel
 from ..search.evolutionary import EvolutionarySearch
 from ..search.points import Point, PointOps
 from ..space import Config
-from ..te.dtype import TEError
 from .knobs import Split
 from .template import TemplateTask
 
 
-class TemplateFeatures:
+class TemplateFeatures(LoopNestFeatures):
     """Feature rows of configurations, from the loop nests their schedules lower to (cached).
     A configuration te refuses gets a row of NaN."""
 
     def __init__(self, task: TemplateTask, cores: int = 2) -> None:
+        super().__init__(task.space, cores)
         self.task = task
-        self.cores = cores
-        self.names = list(FEATURE_NAMES)
-        self._cache: dict[Config, np.ndarray] = {}
 
-    @property
-    def width(self) -> int:
-        return len(self.names)
-
-    def config_row(self, config: Config) -> np.ndarray:
-        row = self._cache.get(config)
-        if row is None:
-            try:
-                s, args = self.task.instantiate(config)
-                row = program_features(s.lower("kernel", list(args)), self.cores)
-            except TEError:
-                row = np.full(self.width, np.nan)
-            self._cache[config] = row
-        return row
-
-    def configs(self, configs: Sequence[Config]) -> np.ndarray:
-        if len(configs) == 0:
-            return np.zeros((0, self.width))
-        return np.stack([self.config_row(c) for c in configs])
-
-    def points(self, points: Sequence[Sequence[int]]) -> np.ndarray:
-        return self.configs([self.task.space.to_config(p) for p in points])
+    def lowered(self, config: Config) -> Any:
+        s, args = self.task.instantiate(config)
+        return s.lower("kernel", list(args))
 
 
 class TemplatePointOps(PointOps):
