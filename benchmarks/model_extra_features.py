@@ -5,8 +5,8 @@ measuring) on 10% of each space, 10 splits, as `tensortune bench model` does, th
 with the default features only, with the pipelined tile footprint of a Triton matmul
 (`num_stages * BLOCK_K * (BLOCK_M + BLOCK_N) * 2` bytes, where the space has those
 parameters), and with every product of three numeric parameters. This is how the deep-K
-Triton matmul's top-5 error was examined (docs/benchmarks/strategies.md, "On the fourteen
-spaces we measured"): neither feature set is in the default features.
+Triton matmul's top-5 error was examined (docs/benchmarks/strategies.md, "The cost model
+alone"): neither feature set is in the default features.
 
 Usage (from the repository root):
     .venv/bin/python benchmarks/model_extra_features.py [--datasets DIR_OR_FILE ...] [--splits 10]

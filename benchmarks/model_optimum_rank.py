@@ -4,8 +4,8 @@ For each training share and each of several random splits, the model trains on t
 of the configurations other than the optimum and scores the rest plus the optimum. Printed
 and written: the optimum's rank among the held-out configurations in each split, and the
 top-5 error of that split. This tells a model that cannot learn an outlier from one that
-has not seen enough around it (docs/benchmarks/strategies.md, "How much of the space top-5
-needs"). Also written: how far the optimum stands out from its one-parameter neighbours,
+has not seen enough around it (docs/benchmarks/strategies.md, "The cost model
+alone"). Also written: how far the optimum stands out from its one-parameter neighbours,
 and with `--compare` (the same kernel measured on another device) where that device's
 times rank it.
 

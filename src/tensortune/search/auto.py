@@ -16,12 +16,12 @@ it was learned on this device (other shapes): then `evolutionary` replaces `scre
 since its large population ranked by the model is what makes transfer pay (a prior only
 screening a few TPE draws scored below a cold start in both directions between two GPUs).
 A model from other devices only is declined there: across GPUs it scored below
-`screened_tpe`'s cold start at 100 measurements (docs/benchmarks/strategies.md, "Transfer
-across devices"). Options given to `auto` go to the strategy it chose; one that the
-chosen strategy does not take is an error that names the strategy to ask for instead, an
-option no candidate takes is an error at once, and a prior that would need a strategy
-the options do not fit is declined. With `exhaustive` the options cannot matter and are
-ignored.
+`screened_tpe`'s cold start at 100 measurements (docs/benchmarks/strategies_experiments.md,
+"The default from 100 measurements up"). Options given to `auto` go to the strategy it
+chose; one that the chosen strategy does not take is an error that names the strategy to
+ask for instead, an option no candidate takes is an error at once, and a prior that would
+need a strategy the options do not fit is declined. With `exhaustive` the options cannot
+matter and are ignored.
 
 Example:
     >>> from tensortune.space import Space
