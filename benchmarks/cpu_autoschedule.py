@@ -102,7 +102,7 @@ BENCHES = {
                               _torch(lambda th, t, o: th.relu_(th.addmm(t["bias"], t["A"], t["B"], out=o)))),
     "conv2d": Bench("conv2d 1x64x56x56, 64x3x3, pad 1",
                     lambda: W.conv2d_nchw(1, 64, 56, 56, 64, 3, 3, padding=1), _np_conv,
-                    _torch(lambda th, t, o: th.nn.functional.conv2d(t["data"], t["weight"], padding=1))),
+                    _torch(lambda th, t, o: o.copy_(th.nn.functional.conv2d(t["data"], t["weight"], padding=1)))),
     "batch_matmul": Bench("batched matmul 16x256^3", lambda: W.batch_matmul(16, 256, 256, 256), _np_matmul,
                           _torch(lambda th, t, o: th.bmm(t["A"], t["B"], out=o))),
 }
@@ -119,6 +119,37 @@ def raw_call(kernel, arrays: dict[str, np.ndarray], out: np.ndarray) -> Callable
     fn = load_function(kernel.library, kernel.func.name, [f"{b.dtype}*" for b in kernel.func.args], restype="int")
     ptrs = [(out if not t.is_placeholder else arrays[t.name]).ctypes.data for t in kernel.args]
     return lambda: fn(*ptrs)
+
+
+def check_agree(contenders: list[tuple[str, Callable[[], object]]], out: np.ndarray, name: str) -> None:
+    """Every contender writes into `out` (poisoned with NaN before each) what the first
+    does; one that does not ends the benchmark, named."""
+    want = None
+    for label, fn in contenders:
+        out[...] = np.nan
+        fn()
+        got = out.copy()
+        if want is None:
+            want = got
+        elif not np.allclose(got, want, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(want).max()))):
+            raise SystemExit(f"{name}: {label} disagrees with {contenders[0][0]} "
+                             f"(max error {np.nanmax(np.abs(got - want)):.3g})")
+
+
+def interleaved(contenders: dict[str, Callable[[], object]], timer, rounds: int,
+                rng: np.random.Generator) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each contender's median and fastest call per round, the contenders in a fresh
+    shuffled order every round."""
+    medians: dict[str, list[float]] = {k: [] for k in contenders}
+    fastest: dict[str, list[float]] = {k: [] for k in contenders}
+    order = list(contenders)
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for label in order:
+            times = timer.time(contenders[label])
+            medians[label].append(statistics.median(times))
+            fastest[label].append(min(times))
+    return medians, fastest
 
 
 def busy_cores(seconds: float = 1.0) -> float:
@@ -194,28 +225,12 @@ def time_all(names, args, db_path) -> dict:
                 k = finish_kernel(problem, rec.config, rec.time, n, 0.0, True)
                 contenders[f"tensortune@{n}"] = raw_call(k.kernel, arrays, out)
                 trials_of[f"tensortune@{n}"] = n
-        # every contender must compute the same thing
-        want = None
-        for label, fn in [("numpy", b.numpy(arrays, out)), ("torch", b.torch(arrays, out))] + list(contenders.items()):
-            fn()
-            got = out.copy()
-            if want is None:
-                want = got
-            elif not np.allclose(got, want, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(want).max()))):
-                raise SystemExit(f"{name}: {label} disagrees with numpy (max error {np.abs(got - want).max():.3g})")
-            if label in ("numpy", "torch"):
-                contenders[label] = fn
+        peers = [("numpy", b.numpy(arrays, out)), ("torch", b.torch(arrays, out))]
+        check_agree(peers + list(contenders.items()), out, name)  # every contender computes the same thing
+        contenders.update(peers)
         busy_before = wait_until_quiet(args.wait_quiet)
         load_before = os.getloadavg()[0]
-        rounds: dict[str, list[float]] = {k: [] for k in contenders}
-        fastest: dict[str, list[float]] = {k: [] for k in contenders}
-        order = list(contenders)
-        for _ in range(args.rounds):
-            rng.shuffle(order)
-            for label in order:
-                times = timer.time(contenders[label])
-                rounds[label].append(statistics.median(times))
-                fastest[label].append(min(times))
+        rounds, fastest = interleaved(contenders, timer, args.rounds, rng)
         medians = {k: statistics.median(v) for k, v in rounds.items()}
         best = {k: min(v) for k, v in fastest.items()}
         report[name] = {

@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cpu_autoschedule import busy_cores, raw_call  # noqa: E402
+from cpu_autoschedule import busy_cores, check_agree, interleaved, raw_call  # noqa: E402
 from tensortune.autoschedule import autoschedule  # noqa: E402
 from tensortune.db import Target  # noqa: E402
 from tensortune.measure import Timer  # noqa: E402
@@ -172,25 +172,9 @@ def time_all(names, args) -> dict:
         final = autoschedule(comp, db=args.db, progress=False)  # the recorded winner, rebuilt and verified
         contenders = {"tensortune": raw_call(final.kernel, arrays, out), "numpy": b.numpy(arrays, out),
                       "torch": b.torch(arrays, out)}
-        want = None
-        for label, fn in contenders.items():  # every contender computes the same thing
-            out[...] = np.nan
-            fn()
-            got = out.copy()
-            if want is None:
-                want = got
-            elif not np.allclose(got, want, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(want).max()))):
-                raise SystemExit(f"{name}: {label} disagrees with tensortune (max error {np.nanmax(np.abs(got - want)):.3g})")
+        check_agree(list(contenders.items()), out, name)  # every contender computes the same thing
         busy_before = busy_cores()
-        rounds: dict[str, list[float]] = {k: [] for k in contenders}
-        fastest: dict[str, list[float]] = {k: [] for k in contenders}
-        order = list(contenders)
-        for _ in range(args.rounds):
-            rng.shuffle(order)
-            for label in order:
-                times = timer.time(contenders[label])
-                rounds[label].append(statistics.median(times))
-                fastest[label].append(min(times))
+        rounds, fastest = interleaved(contenders, timer, args.rounds, rng)
         medians = {k: statistics.median(v) for k, v in rounds.items()}
         best = {k: min(v) for k, v in fastest.items()}
         report[name] = {

@@ -45,7 +45,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cpu_autoschedule import check_agree  # noqa: E402
 from tensortune.db import Database, Target, Workload  # noqa: E402
 from tensortune.measure import MeasureResult  # noqa: E402
 from tensortune.search import SearchStrategy  # noqa: E402
@@ -313,16 +315,7 @@ def compare_phase(trials: int, quick: bool, rounds: int, db_path: Path, seed: in
         contenders = {"template": raw(tuned.kernel, tmpl_names),
                       "autoschedule": raw(auto.kernel, [a.name for a in comp.inputs] + [comp.output.name]),
                       **peers}
-        want = None
-        for label, fn in contenders.items():
-            out[...] = np.nan
-            fn()
-            got = out.copy()
-            if want is None:
-                want = got
-            elif not np.allclose(got, want, rtol=2e-3, atol=2e-3 * max(1.0, float(np.abs(want).max()))):
-                raise SystemExit(f"{name}: {label} disagrees with the template (max error "
-                                 f"{np.nanmax(np.abs(got - want)):.3g})")
+        check_agree(list(contenders.items()), out, name)
         medians: dict[str, list[float]] = {k: [] for k in contenders}
         cpu: dict[str, list[float]] = {k: [] for k in contenders}
         order = list(contenders)
