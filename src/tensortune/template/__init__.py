@@ -70,22 +70,3 @@ def __getattr__(name: str) -> Any:
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-__all__ = [
-    "AnnotateValue",
-    "KnobCollector",
-    "OrderValue",
-    "SplitValue",
-    "Template",
-    "TemplateError",
-    "TemplateFeatures",
-    "TemplateSearch",
-    "TemplateTask",
-    "TunedTemplate",
-    "get_template",
-    "load_best",
-    "prior_model",
-    "registered",
-    "template",
-    "tune",
-]
