@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import delete, update
@@ -31,6 +31,7 @@ from ..db import Database, Target, Workload
 from ..db.schema import claims
 from ..measure import MeasureResult
 from ..search import SearchStrategy
+from ..search.base import WrappingStrategy
 from ..space import Config
 
 
@@ -79,7 +80,7 @@ class CandidateClaims:
             claims.c.owner == self.owner))
 
 
-class ClaimingStrategy(SearchStrategy):
+class ClaimingStrategy(WrappingStrategy):
     """`inner`'s proposals, each claimed before it is handed out for measuring.
 
     `stop` (set when the worker lost its job) makes `ask` return nothing, which ends
@@ -136,13 +137,3 @@ class ClaimingStrategy(SearchStrategy):
         super().tell(results)
         self.inner.tell(results)
 
-    @property
-    def accepts_prior(self) -> bool:
-        return self.inner.accepts_prior
-
-    def use_prior(self, model: Any, workload_key: Mapping[str, Any] | None = None, *,
-                  explore: bool = False) -> bool:
-        return self.inner.use_prior(model, workload_key, explore=explore)
-
-    def exclude(self, configs: Sequence[Config]) -> None:
-        self.inner.exclude(configs)
