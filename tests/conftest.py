@@ -1,3 +1,4 @@
+import importlib.util
 import os
 
 import pytest
@@ -71,3 +72,15 @@ def ray_cluster():
     from tensortune.distributed.local_cluster import LocalCluster
     with LocalCluster(workers=2, cpus_per_worker=2, python_path=(os.path.dirname(os.path.abspath(__file__)),)) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def interpreter():
+    """A worker process with TRITON_INTERPRET=1, one per test module (Triton decides at
+    import whether it interprets, so the interpreter needs a process of its own)."""
+    pytest.importorskip("torch")
+    if importlib.util.find_spec("triton") is None:
+        pytest.skip("triton is not installed")
+    from tensortune.measure import IsolatedWorker
+    with IsolatedWorker(timeout=300, env={"TRITON_INTERPRET": "1"}) as worker:
+        yield worker

@@ -5,7 +5,6 @@ TRITON_INTERPRET=1) see a contraction with an epilogue or rows of reductions."""
 
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
@@ -121,16 +120,6 @@ def test_cpu_autoschedule_tunes_a_scaled_reduction_written_as_one_expression():
     rng = np.random.default_rng(2)
     q, kk = rng.standard_normal((1, 16, 8)).astype("float32"), rng.standard_normal((1, 24, 8)).astype("float32")
     check_close(k(q, kk), np.einsum("bid,bjd->bij", q, kk) * 0.25, 1e-4, 1e-4)
-
-
-@pytest.fixture(scope="module")
-def interpreter():
-    pytest.importorskip("torch")
-    if importlib.util.find_spec("triton") is None:
-        pytest.skip("triton is not installed")
-    from tensortune.measure import IsolatedWorker
-    with IsolatedWorker(timeout=300, env={"TRITON_INTERPRET": "1"}) as worker:
-        yield worker
 
 
 GPU_CASES = [

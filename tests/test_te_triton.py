@@ -22,17 +22,9 @@ from tensortune.backends.triton import (CodegenError, GenOptions, PatternError, 
                                         sketch)
 from tensortune.backends.triton.check import relative_error, source_error  # noqa: E402
 from tensortune.backends.triton.reference import evaluate as torch_evaluate  # noqa: E402
-from tensortune.measure import IsolatedWorker  # noqa: E402
 from tensortune.te import workloads  # noqa: E402
 
 TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-
-
-@pytest.fixture(scope="module")
-def interpreter():
-    """A worker process with TRITON_INTERPRET=1 (Triton decides at import whether it interprets)."""
-    with IsolatedWorker(timeout=300, env={"TRITON_INTERPRET": "1"}) as worker:
-        yield worker
 
 
 def gelu_epilogue(m, n, k):

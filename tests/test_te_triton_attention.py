@@ -21,17 +21,10 @@ if importlib.util.find_spec("triton") is None:  # not imported here: Triton deci
 
 from tensortune.backends.triton import analyze, generate  # noqa: E402
 from tensortune.backends.triton.check import relative_error, source_error  # noqa: E402
-from tensortune.measure import IsolatedWorker  # noqa: E402
 from tensortune.te import workloads as W  # noqa: E402
 from test_te_attention import exp_scaled_graph, scaled_q_graph  # noqa: E402
 
 SMALL = {"BLOCK_M": 16, "BLOCK_N": 16}
-
-
-@pytest.fixture(scope="module")
-def interpreter():
-    with IsolatedWorker(timeout=300, env={"TRITON_INTERPRET": "1"}) as worker:
-        yield worker
 
 
 def attn(b, h, sq, skv, d, **kw):

@@ -19,14 +19,7 @@ if importlib.util.find_spec("triton") is None:
 from tensortune import te  # noqa: E402
 from tensortune.backends.triton import CodegenError, analyze, generate, sketch  # noqa: E402
 from tensortune.backends.triton.check import relative_error  # noqa: E402
-from tensortune.measure import IsolatedWorker  # noqa: E402
 from tensortune.te import workloads  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def interpreter():
-    with IsolatedWorker(timeout=300, env={"TRITON_INTERPRET": "1"}) as worker:
-        yield worker
 
 
 def grouped_conv_nchw(n, c, h, w, f, groups, k=3, stride=1, pad=1, dtype="float16", bias_relu=False):

@@ -19,14 +19,7 @@ if importlib.util.find_spec("triton") is None:
 
 from tensortune.backends.triton import CodegenError, analyze, generate, sketch  # noqa: E402
 from tensortune.backends.triton.check import relative_error  # noqa: E402
-from tensortune.measure import IsolatedWorker  # noqa: E402
 from tensortune.te import workloads  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def interpreter():
-    with IsolatedWorker(timeout=300, env={"TRITON_INTERPRET": "1"}) as worker:
-        yield worker
 
 
 TILE = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
