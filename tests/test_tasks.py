@@ -128,3 +128,24 @@ def test_tuner_task_resumes_the_search_and_records_every_trial(tmp_path):
         records = db.records(Workload.make(name), Target.make("cpu", "test"))
         configs = [r.config for r in records]
         assert len(configs) == result.trials[name] == len(set(configs))  # no candidate measured twice
+
+
+def test_a_stalled_task_does_not_live_on_the_throughput_of_its_group():
+    # a shape with little work a program (a convolution over 3 channels) stays far below
+    # its group's best throughput however long it is searched: after its search stalls,
+    # the rounds go to the tasks that still improve
+    stem = Task("stem", lambda n: [MeasureResult(Config(i=k), (3.0,)) for k in range(n)], flops=1e6, group="conv")
+    wide = [Task(f"wide{k}", Curve(1.0, decay=2.0), flops=1e9, group="conv", weight=3.0) for k in range(3)]
+    result = TaskScheduler([stem, *wide], budget=160, trials_per_round=4).run()
+    assert result.trials["stem"] <= 40  # 136 of 160 while the group's throughput kept it first
+    assert min(result.trials[f"wide{k}"] for k in range(3)) >= 32
+
+
+def test_a_task_with_no_result_yet_does_not_blind_the_others_gradients():
+    def broken(n):
+        return [MeasureResult.failed(Config(i=k), ErrorKind.COMPILE_ERROR, "no") for k in range(n)]
+    tasks = [Task("broken", broken), Task("light", Curve(1e-5), weight=1.0), Task("heavy", Curve(1e-5), weight=20.0)]
+    s = TaskScheduler(tasks, budget=24, trials_per_round=4, policy="round-robin")
+    s.run()
+    assert s.gradient(2) == pytest.approx(20 * s.gradient(1) * s.best_costs[2] / s.best_costs[1], rel=0.05)
+    assert s.gradient(2) < 0

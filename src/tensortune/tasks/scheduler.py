@@ -82,6 +82,7 @@ class TaskScheduler:
     """Allocates a budget of trials among tasks, round by round."""
 
     POLICIES = ("gradient", "round-robin")
+    STALL = 0.01  # a relative improvement over `window` rounds below this is no progress
 
     def __init__(self, tasks: Sequence[Task], *, budget: Budget | int | float | None = None,
                  policy: str = "gradient", trials_per_round: int = 16,
@@ -102,6 +103,7 @@ class TaskScheduler:
         self.policy = policy
         self.trials_per_round = trials_per_round
         self.objective = objective or weighted_latency([t.weight for t in tasks])
+        self._linear = objective is None  # the weighted latency: its derivative is the weight
         self.alpha, self.beta, self.window, self.patience = alpha, beta, window, patience
         self.rng = np.random.default_rng(seed)
         self.callbacks = list(callbacks)
@@ -183,12 +185,28 @@ class TaskScheduler:
             return int(self.rng.choice(alive))
         return min(gradients, key=lambda i: gradients[i])
 
+    def stalled(self, i: int) -> bool:
+        """Whether task i's best improved by less than `STALL` over its last `window` rounds.
+
+        A similar task's throughput promises what this task might reach; once its own
+        search has stopped getting closer, that promise no longer earns it more rounds
+        (otherwise one task with a low-throughput shape, a convolution reading 3 channels
+        among wide ones, takes every round left).
+        """
+        history = self.cost_history[i]
+        if len(history) <= self.window or history[-1 - self.window] >= UNMEASURED:
+            return False
+        return history[-1] > (1 - self.STALL) * history[-1 - self.window]
+
     def gradient(self, i: int) -> float:
         """The estimated change of the objective per round spent on task i (negative = gain)."""
-        delta = 1e-4 * self.best_costs[i] if self.best_costs[i] < UNMEASURED else 1e-4
-        lowered = list(self.best_costs)
-        lowered[i] -= delta
-        chain = (self.objective(self.best_costs) - self.objective(lowered)) / delta
+        if self._linear:  # exact: a finite difference vanishes beside an unmeasured task's 1e10
+            chain = self.tasks[i].weight
+        else:
+            delta = 1e-4 * self.best_costs[i] if self.best_costs[i] < UNMEASURED else 1e-4
+            lowered = list(self.best_costs)
+            lowered[i] -= delta
+            chain = (self.objective(self.best_costs) - self.objective(lowered)) / delta
         history, t = self.cost_history[i], self.rounds_done[i]
         backward = 0.0
         if t - 1 - self.window >= 0 and t - 1 < len(history):
@@ -197,7 +215,7 @@ class TaskScheduler:
         g_next = g - g / max(1, t)
         peers = [j for j, task in enumerate(self.tasks)
                  if self.tasks[i].group and task.group == self.tasks[i].group and j != i]
-        if peers and self.tasks[i].flops > 0:
+        if peers and self.tasks[i].flops > 0 and not self.stalled(i):
             throughputs = [self.tasks[j].flops / self.best_costs[j] for j in peers + [i]
                            if self.best_costs[j] < UNMEASURED and self.tasks[j].flops > 0]
             if throughputs:
