@@ -52,6 +52,20 @@ def rms_norm(rows, cols):
     return te.compute((rows, cols), lambda i, j: X[i, j] / te.sqrt(ss[i] / float(cols) + 1e-6) * w[j], name="rms")
 
 
+def max_pool(n: int, c: int, h: int, w: int) -> te.Tensor:
+    """3x3 max pooling, stride 2, padding 1 (ResNet's): rows of 9 window elements."""
+    x = te.placeholder((n, c, h, w), "float16", name="x")
+    ry, rx = te.reduce_axis(3, "ry"), te.reduce_axis(3, "rx")
+
+    def body(b, ch, y, z):
+        iy, ix = y * 2 + ry - 1, z * 2 + rx - 1
+        inside = te.all(iy >= 0, iy < h, ix >= 0, ix < w)
+        v = te.select(inside, te.cast(x[b, ch, iy, ix], "float32"), te.const(float("-inf"), "float32"))
+        return te.max(v, axis=[ry, rx])
+    pooled = te.compute((n, c, (h + 1) // 2, (w + 1) // 2), body, name="pooled")
+    return te.compute(pooled.shape, lambda *i: te.cast(pooled[i], "float16"), name="out")
+
+
 def matvec(m, k):
     A = te.placeholder((m, k), "float16", "A")
     x = te.placeholder((k,), "float16", "x")
@@ -124,6 +138,7 @@ CASES = [
     ("layer-norm", lambda: workloads.layer_norm(6, 48, dtype="float16").output, {"BLOCK_R": 1, "BLOCK_C": 16}),
     ("rms-norm", lambda: rms_norm(5, 32), {"BLOCK_R": 2, "BLOCK_C": 32}),
     ("matvec", lambda: matvec(12, 40), {"BLOCK_R": 4, "BLOCK_C": 16}),
+    ("max-pool-many-rows", lambda: max_pool(2, 3, 9, 9), {"BLOCK_R": 64, "BLOCK_C": 16}),
     ("transpose", lambda: workloads.transpose(6, 40, "float16").output, {"BLOCK": 64}),
     ("matmul-bf16", lambda: workloads.matmul(40, 24, 48, "bfloat16").output, {"BLOCK_M": 16, "BLOCK_N": 16,
                                                                               "BLOCK_K": 16}),
@@ -283,6 +298,13 @@ def test_sketch_spaces_respect_the_hardware():
     assert max(p for p in (c["SPLIT_K"] for c in tall.space.sample(200, seed=1))) > 1
     conv = sketch(analyze(workloads.conv2d_nchw(2, 4, 8, 8, 16, 3, 3, 1, 1, "float16").output))
     assert all(not c["TMA"] for c in conv.space.sample(50, seed=0))  # gathers: no tensor descriptors
+
+
+def test_short_rows_are_taken_many_a_program():
+    pool = sketch(analyze(max_pool(32, 64, 112, 112)))
+    assert max(c["BLOCK_R"] for c in pool.seeds) >= 128  # a window of 9: rows of 16 would be 400k programs
+    softmax = sketch(analyze(workloads.softmax(4096, 4096, "float16").output))
+    assert max(c["BLOCK_R"] for c in softmax.space.sample(100, seed=0)) <= 16
 
 
 def test_split_k_sketches_never_propose_what_the_generator_rejects():

@@ -273,8 +273,10 @@ def _grouped_conv(plan: GroupedConvPlan) -> Sketch:
 def _rows(plan: RowsPlan) -> Sketch:
     cols = plan.n_cols
     top_c = min(16384, max(2, _pow2_at_least(cols)))
+    # short rows (a pooling window of 9) want many rows a program, long ones (softmax) few
+    top_r = min(_pow2_at_least(plan.n_rows), 16 if cols > 64 else max(16, 8192 // top_c))
     params = [
-        PowerOfTwo("BLOCK_R", 1, min(16, _pow2_at_least(plan.n_rows))),
+        PowerOfTwo("BLOCK_R", 1, top_r),
         PowerOfTwo("BLOCK_C", min(64, top_c), top_c),
         Ordinal("num_warps", [1, 2, 4, 8, 16]),
         Ordinal("num_stages", [1, 2, 3]),
@@ -282,6 +284,9 @@ def _rows(plan: RowsPlan) -> Sketch:
     constraints = ["BLOCK_R * BLOCK_C <= num_warps * 32 * 64", "BLOCK_R * BLOCK_C >= num_warps * 32"]
     space = Space(params, constraints=constraints)
     seeds: list[Config] = []
+    if top_r > 16:
+        for br, warps in ((256, 4), (128, 4), (512, 8), (64, 2), (256, 8), (128, 8)):
+            _add(space, seeds, {"BLOCK_R": min(br, top_r), "BLOCK_C": top_c, "num_warps": warps, "num_stages": 1})
     for br, warps in ((1, 8), (1, 16), (2, 8), (1, 4), (4, 8), (2, 16)):
         for bc in (top_c, min(top_c, 1024)):
             _add(space, seeds, {"BLOCK_R": br, "BLOCK_C": bc, "num_warps": warps, "num_stages": 1})
