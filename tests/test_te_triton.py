@@ -119,6 +119,8 @@ CASES = [
      {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
     ("conv2d-stride2", lambda: workloads.conv2d_nchw(2, 3, 7, 7, 5, 3, 3, 2, 1, "float16").output,
      {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16}),
+    ("conv2d-stem-7x7", lambda: workloads.conv2d_nchw(2, 3, 12, 12, 8, 7, 7, 2, 3, "float16").output,
+     {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 32}),
     ("conv2d-split-epilogue", lambda: workloads.conv2d_nchw(2, 20, 5, 5, 6, 3, 3, 1, 1, "float16").output,
      {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16, "EPILOGUE_SPLIT": 2, "SPLIT_K": 1}),
     ("conv2d-relayout", lambda: workloads.conv2d_nchw(2, 20, 5, 5, 6, 3, 3, 1, 1, "float16").output,
@@ -318,7 +320,10 @@ def test_split_k_sketches_never_propose_what_the_generator_rejects():
 
 
 def test_convolution_steps_its_window_as_scalars():
-    plan = analyze(workloads.conv2d_nchw(2, 8, 6, 6, 4, 3, 3, 1, 1, "float16").output)
-    assert [a.extent for a in plan.k] == [8] and [a.extent for a in plan.window] == [3, 3]
+    plan = analyze(workloads.conv2d_nchw(2, 16, 6, 6, 4, 3, 3, 1, 1, "float16").output)
+    assert [a.extent for a in plan.k] == [16] and [a.extent for a in plan.window] == [3, 3]
     text = generate(plan, {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16}).text
     assert "for it in range(0, 9):" in text and "k1 = (kw // 3)" in text
+    # three input channels (an RGB stem): 7x7x3 = 147 gathered as one K, not 49 steps of K=3
+    stem = analyze(workloads.conv2d_nchw(2, 3, 16, 16, 8, 7, 7, 2, 3, "float16").output)
+    assert not stem.window and [a.extent for a in stem.k] == [3, 7, 7]
