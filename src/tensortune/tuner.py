@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .db import Database, Target, Workload
+from .db.writer import RecordWriter
 from .measure import Builder, Executor, MeasureResult, NullBuilder, Runner, make_executor
 from .progress import TuneProgress
 from .search import SearchStrategy, create_strategy
@@ -247,6 +248,7 @@ class Tuner:
         tries: dict[Config, int] = {}
         streak = 0  # environment failures in a row
         stopped = ""
+        writer = RecordWriter(self.db, self.workload, self.target, self.strategy.name, session) if self.db else None
         try:
             with TuneProgress(self._planned_trials(prior), self.description, self.progress) as bar:
                 if best:
@@ -263,7 +265,8 @@ class Tuner:
                         break
                     told = []
                     for result in self.executor.measure(self.builder, self.runner, configs, self.target):
-                        self._record(result, session)
+                        if writer:
+                            writer.add(result)  # committed by the writer's thread at once, or with the next group
                         new.append(result)
                         if result.amends:  # an earlier success turned out to crash its worker
                             told.append(result)
@@ -291,21 +294,30 @@ class Tuner:
                             cb(result)
                         if self._out_of_time(start):
                             break
+                    if writer:
+                        writer.flush()  # durable before the strategy hears of the batch and the next is asked for
                     self.strategy.tell(told)
                 late = self.executor.late_results(self.runner)
                 for result in late:  # amendments that showed only after the last candidate
-                    self._record(result, session)
+                    if writer:
+                        writer.add(result)
                     new.append(result)
                     for cb in self.callbacks:
                         cb(result)
+                if writer:
+                    writer.flush()
                 if late:
                     self.strategy.tell(late)
                     best = best_of(tuple(prior) + tuple(new))
                 bar.finish()
             status = "finished" if not stopped else "environment"
         finally:
-            if self.db and session:
-                self.db.finish_session(session, status)
+            try:
+                if writer:
+                    writer.close()  # what arrived before an interruption is committed too
+            finally:
+                if self.db and session:
+                    self.db.finish_session(session, status)
         measured = sum(1 for r in new if not r.amends and not r.environment)
         return TuneResult(best, tuple(prior) + tuple(new), measured, time.perf_counter() - start,
                           session, reused=len(prior), stopped=stopped)
@@ -359,10 +371,6 @@ class Tuner:
             return self.space.is_valid(config)
         except Exception:  # noqa: BLE001 - a value the space cannot even compare is not in it
             return False
-
-    def _record(self, result: MeasureResult, session: str) -> None:
-        if self.db is not None:
-            self.db.add(self.workload, self.target, result, strategy=self.strategy.name, session=session)
 
     def _out_of_time(self, start: float) -> bool:
         return self.budget.seconds is not None and time.perf_counter() - start >= self.budget.seconds
