@@ -164,8 +164,7 @@ def rank_main() -> None:
     if world > 1:
         import torch.distributed as dist
 
-        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world,
-                                **({"device_id": torch.device("cuda", rank)} if cuda else {}))
+        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
     grid = json.loads(os.environ["TT_GRID"])
     budget = int(os.environ["TT_BUDGET"]) or None
     kernel = tt.autotune(tm.configs(grid), key=["M", "N", "K"], budget=budget, reference=tm.reference,
