@@ -60,9 +60,11 @@ def c_run(executor, jobs: int, trials: int, seed: int, workload: str, size: int 
         timer = Timer(warmup_seconds=0.0, min_repeats=3, budget_seconds=0.005)
         space, runner, builder, work = (_demo if workload == "demo64" else _conv)(compiler, timer, jobs, size)
         db = Database(os.path.join(scratch, "t.db"))
+        arrivals: list[float] = []
         tuner = Tuner(space, runner, builder=builder, db=db, strategy="random", budget=trials, seed=seed,
-                      progress=False, executor=executor, transfer=False, workload=work, target=Target.cpu())
-        cpu = time.process_time()  # the driver's own work: its threads (Ray's among them), not its children
+                      progress=False, executor=executor, transfer=False, workload=work, target=Target.cpu(),
+                      callbacks=[lambda r: arrivals.append(time.perf_counter())])
+        cpu, start = time.process_time(), time.perf_counter()  # the driver's own work: its threads, not children
         try:
             result = tuner.run()
         finally:
@@ -72,7 +74,11 @@ def c_run(executor, jobs: int, trials: int, seed: int, workload: str, size: int 
         records = len(db.records(tuner.workload, tuner.target))
         seen = len(result.history) - result.reused
         compiles = [r.compile_seconds for r in result.history if r.compile_seconds]
+        steady = arrivals[-1] - arrivals[0] if len(arrivals) > 1 else 0.0
         return {"trials": result.trials, "seconds": result.seconds, "per_minute": 60 * result.trials / result.seconds,
+                "first_result_seconds": arrivals[0] - start if arrivals else None,
+                "after_last_result_seconds": start + result.seconds - arrivals[-1] if arrivals else None,
+                "steady_per_minute": 60 * (len(arrivals) - 1) / steady if steady > 0 else 0.0,
                 "driver_cpu_seconds": cpu, "driver_ms_per_candidate": 1e3 * cpu / max(1, seen),
                 "compile_seconds_mean": sum(compiles) / max(1, len(compiles)),
                 "failures": result.failures, "environment_failures": result.environment_failures,
@@ -158,13 +164,15 @@ def main() -> None:
     _triton_part(args, per_node, out)
     table = _write(args.json, out, sizes)
     print()
-    print("driver ms: the driver's own CPU time per candidate (Ray's threads in it included), Ray / local")
-    print(f"{'workload':10s} {'nodes':>5s} {'cores':>5s} {'ray /min':>9s} {'local /min':>10s} {'ray/local':>9s} "
-          f"{'scaling':>8s} {'driver ms':>11s} {'compile s':>9s} {'lost':>4s}")
+    print("steady: results a minute from the first result to the last (a run's start-up left out), Ray;")
+    print("first s: seconds to the first result, Ray / local; driver ms: the driver's own CPU time per candidate")
+    print(f"{'workload':8s} {'nodes':>5s} {'cores':>5s} {'ray /min':>9s} {'local /min':>10s} {'ray/local':>9s} "
+          f"{'scaling':>8s} {'steady':>7s} {'st.scal':>7s} {'first s':>11s} {'driver ms':>11s} {'compile s':>9s} "
+          f"{'lost':>4s}")
     for row in table:
-        print(f"{row['workload']:10s} {row['nodes']:5d} {row['cores']:5d} {row['ray']:9.0f} {row['local']:10.0f} "
-              f"{row['ray'] / row['local']:9.2f} {row['scaling']:>8s} {row['driver_ms']:>11s} "
-              f"{row['compile_s']:>9s} {row['lost']:4d}")
+        print(f"{row['workload']:8s} {row['nodes']:5d} {row['cores']:5d} {row['ray']:9.0f} {row['local']:10.0f} "
+              f"{row['ray'] / row['local']:9.2f} {row['scaling']:>8s} {row['steady']:7.0f} {row['steady_scaling']:>7s} "
+              f"{row['first_s']:>11s} {row['driver_ms']:>11s} {row['compile_s']:>9s} {row['lost']:4d}")
 
 
 def _c_part(args: argparse.Namespace, sizes: list[int], per_node: int, out: dict) -> None:
@@ -190,7 +198,8 @@ def _c_part(args: argparse.Namespace, sizes: list[int], per_node: int, out: dict
                         row = c_run(ex, per_node * n, trials[w], r, w, args.size)
                         rows[name].append(row)
                         print(f"  {w} {n} node(s) {name:5s} round {r}: {row['per_minute']:.0f}/min "
-                              f"({row['trials']} in {row['seconds']:.1f} s, driver {row['driver_ms_per_candidate']:.1f} "
+                              f"({row['trials']} in {row['seconds']:.1f} s, first after {row['first_result_seconds']:.1f} s, "
+                              f"steady {row['steady_per_minute']:.0f}/min, driver {row['driver_ms_per_candidate']:.1f} "
                               f"ms/candidate, compile {row['compile_seconds_mean']:.2f} s, lost {row['lost']})",
                               flush=True)
                 out["c"].setdefault(w, {})[str(n)] = rows
@@ -236,14 +245,20 @@ def _write(path: str | None, out: dict, sizes: list[int]) -> list[dict]:
 def _table(out: dict, sizes: list[int]) -> list[dict]:
     table = []
     for w, by_size in out["c"].items():
-        one = mean(by_size[str(sizes[0])]["ray"]) / sizes[0] if str(sizes[0]) in by_size else 0.0
+        first = by_size.get(str(sizes[0]))
+        one = mean(first["ray"]) / sizes[0] if first else 0.0
+        one_steady = mean(first["ray"], "steady_per_minute") / sizes[0] if first else 0.0
         for n in sizes:
             if str(n) not in by_size:
                 continue
             rows = by_size[str(n)]
-            ray = mean(rows["ray"])
+            ray, steady = mean(rows["ray"]), mean(rows["ray"], "steady_per_minute")
             table.append({"workload": w, "nodes": n, "cores": n * out["cpus_per_node"], "ray": ray,
                           "local": mean(rows["local"]), "scaling": f"{ray / (one * n):.2f}" if one else "-",
+                          "steady": steady,
+                          "steady_scaling": f"{steady / (one_steady * n):.2f}" if one_steady else "-",
+                          "first_s": f"{mean(rows['ray'], 'first_result_seconds'):.1f} / "
+                                     f"{mean(rows['local'], 'first_result_seconds'):.1f}",
                           "driver_ms": f"{mean(rows['ray'], 'driver_ms_per_candidate'):.1f} / "
                                        f"{mean(rows['local'], 'driver_ms_per_candidate'):.1f}",
                           "compile_s": f"{mean(rows['ray'] + rows['local'], 'compile_seconds_mean'):.2f}",
@@ -251,7 +266,8 @@ def _table(out: dict, sizes: list[int]) -> list[dict]:
     if out["triton"]:
         rows = out["triton"]["1"]
         table.append({"workload": "Triton", "nodes": 1, "cores": out["cpus_per_node"], "ray": mean(rows["ray"]),
-                      "local": mean(rows["local"]), "scaling": "-", "driver_ms": "-", "compile_s": "-", "lost": 0})
+                      "local": mean(rows["local"]), "scaling": "-", "steady": 0.0, "steady_scaling": "-",
+                      "first_s": "-", "driver_ms": "-", "compile_s": "-", "lost": 0})
     return table
 
 

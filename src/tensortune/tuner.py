@@ -1,4 +1,4 @@
-"""The tuning loop: ask the strategy, build in parallel, run, record at once, tell.
+"""The tuning loop: ask the strategy, build in parallel, run, record on arrival, tell.
 
 Every frontend (plain callables, Triton kernels, tensor expressions) describes what is
 tuned with a space, a builder and a runner, and hands them to a `Tuner`.
@@ -170,7 +170,12 @@ def best_of(results: Sequence[MeasureResult]) -> MeasureResult | None:
 
 
 class Tuner:
-    """Drives one workload's search on one target; results go to the database at once.
+    """Drives one workload's search on one target; results go to the database on arrival.
+
+    Each result is handed to a `RecordWriter` (a thread that commits at once when idle,
+    and in one transaction whatever arrived during its previous commit) and to the
+    callbacks; the batch is committed before the strategy is told of it, before the next
+    batch is asked for and before `run` returns.
 
     `executor`: where each batch is built and measured: "local" (the builder's processes,
     then the runner's worker; the default), "ray" (Ray tasks and actors on the cluster at
