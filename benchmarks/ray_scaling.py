@@ -203,6 +203,7 @@ def _c_part(args: argparse.Namespace, sizes: list[int], per_node: int, out: dict
                               f"ms/candidate, compile {row['compile_seconds_mean']:.2f} s, lost {row['lost']})",
                               flush=True)
                 out["c"].setdefault(w, {})[str(n)] = rows
+                _write(args.json, out, sizes)  # kept if a later size is cut short
         executor.close()
     finally:
         cluster.stop()
