@@ -64,9 +64,16 @@ class OnHost:
         return out if dtype is None else out.astype(dtype)
 
 
+def _cold_triton_cache() -> None:
+    """A Triton cache of this worker's own, empty, before Triton is first imported here."""
+    if "cache" not in _STATE:
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="tt-multigpu-triton-")
+        _STATE["cache"] = os.environ["TRITON_CACHE_DIR"]
+
+
 def _args(shape: str) -> tuple:
+    _cold_triton_cache()
     if shape not in _STATE:
-        os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="tt-multigpu-triton-"))  # cold, per worker
         import torch
         import triton_matmul as tm
 
@@ -78,6 +85,7 @@ def _args(shape: str) -> tuple:
 def run_matmul(shape: str = "", BLOCK_M: int = 0, BLOCK_N: int = 0, BLOCK_K: int = 0, num_stages: int = 3,
                num_warps: int = 4) -> OnHost:
     """One launch of the matmul with one configuration (the timer synchronises)."""
+    _cold_triton_cache()
     import triton_matmul as tm
 
     args = _args(shape)

@@ -199,3 +199,23 @@ def test_multi_gpu_benchmark_dry_run_scales_out_and_its_ranks_agree(tmp_path):
     assert {d["source"] for d in rank0["decisions"].values()} == {"tuned"}
     assert {d["source"] for d in rank1["decisions"].values()} == {"agreed"}
     assert len(rank1["decisions"]) == 2 and "ranks agree" in done.stdout.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_ray_scaling_benchmark_runs_both_workloads_on_a_one_node_cluster(tmp_path):
+    """benchmarks/ray_scaling.py at its smallest: a real one-node Ray cluster, the demo's C
+    template and the conv2d auto-scheduler workload, Ray against local, nothing lost."""
+    out = tmp_path / "ray_scaling.json"
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "ray_scaling.py"), "--nodes", "1",
+               "--cpus-per-node", "2", "--workloads", "demo64,conv", "--trials", "4", "--conv-trials", "2",
+               "--rounds", "1", "--no-triton", "--json", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = json.loads(out.read_text())
+    assert [(r["workload"], r["nodes"], r["lost"]) for r in written["summary"]] == [("demo64", 1, 0), ("conv", 1, 0)]
+    for workload, trials in (("demo64", 4), ("conv", 2)):
+        for way in ("ray", "local"):
+            (run,) = written["c"][workload]["1"][way]
+            assert run["trials"] == trials and run["records"] == trials and run["environment_failures"] == 0
+            assert run["driver_ms_per_candidate"] > 0 and run["first_result_seconds"] > 0
