@@ -253,8 +253,9 @@ def table(out: dict) -> list[dict]:
         rows.append({"part": "Ray, one actor per device", "n": int(g), "seconds": r["wall_seconds"],
                      "per_minute": r["per_minute"],
                      "scaling": r["per_minute"] / (int(g) * one["per_minute"]) if one else None,
-                     "quality": max(quality) if quality else None, "same_winners":
-                     [m["best_config"] for m in r["shapes"]] == [b["best_config"] for b in one["shapes"]] if one else None,
+                     "quality": max(quality) if quality else None,
+                     "same_winners": [m["best_config"] for m in r["shapes"]] == [b["best_config"] for b in one["shapes"]]
+                     if one else None,
                      "lost": sum(s["environment_failures"] for s in r["shapes"])})
     alone = out.get("ranks", {}).get("1")
     for w, r in out.get("ranks", {}).items():
@@ -307,7 +308,8 @@ def main() -> None:
     out: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0],
                              "gpus": [torch.cuda.get_device_name(k) for k in range(present)] if cuda else [],
                              "torch": torch.__version__},
-                 "dry_run": not cuda, "args": vars(args), "shapes": shapes, "grid": {k: list(v) for k, v in grid.items()},
+                 "dry_run": not cuda, "args": vars(args), "shapes": shapes,
+                 "grid": {k: list(v) for k, v in grid.items()},
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "ray": {}, "ranks": {}}
     if not args.no_ray:
         print(f"Ray part: devices {args.gpus}, shapes {shapes}, trials per shape {args.trials or 'all'}", flush=True)

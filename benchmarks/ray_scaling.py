@@ -156,7 +156,8 @@ def main() -> None:
     cores = os.cpu_count() or 1
     per_node = args.cpus_per_node or max(1, cores // max(sizes))
     out: dict = {"machine": {"cpus": cores, "platform": platform.platform(), "python": sys.version.split()[0]},
-                 "args": vars(args), "cpus_per_node": per_node, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                 "args": vars(args), "cpus_per_node": per_node,
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "workloads": {w: WORKLOADS[w] for w in args.workloads.split(",")}, "c": {}, "triton": {}}
     if not args.no_c:
         _c_part(args, sizes, per_node, out)
@@ -198,7 +199,8 @@ def _c_part(args: argparse.Namespace, sizes: list[int], per_node: int, out: dict
                         row = c_run(ex, per_node * n, trials[w], r, w, args.size)
                         rows[name].append(row)
                         print(f"  {w} {n} node(s) {name:5s} round {r}: {row['per_minute']:.0f}/min "
-                              f"({row['trials']} in {row['seconds']:.1f} s, first after {row['first_result_seconds']:.1f} s, "
+                              f"({row['trials']} in {row['seconds']:.1f} s, "
+                              f"first after {row['first_result_seconds']:.1f} s, "
                               f"steady {row['steady_per_minute']:.0f}/min, driver {row['driver_ms_per_candidate']:.1f} "
                               f"ms/candidate, compile {row['compile_seconds_mean']:.2f} s, lost {row['lost']})",
                               flush=True)
