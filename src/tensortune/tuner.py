@@ -253,7 +253,8 @@ class Tuner:
         tries: dict[Config, int] = {}
         streak = 0  # environment failures in a row
         stopped = ""
-        writer = RecordWriter(self.db, self.workload, self.target, self.strategy.name, session) if self.db else None
+        writer = (RecordWriter(self.db, self.workload, self.target, self.strategy.name, session)
+                  if self.db is not None else None)
         try:
             with TuneProgress(self._planned_trials(prior), self.description, self.progress) as bar:
                 if best:
@@ -270,7 +271,7 @@ class Tuner:
                         break
                     told = []
                     for result in self.executor.measure(self.builder, self.runner, configs, self.target):
-                        if writer:
+                        if writer is not None:
                             writer.add(result)  # committed by the writer's thread at once, or with the next group
                         new.append(result)
                         if result.amends:  # an earlier success turned out to crash its worker
@@ -299,17 +300,17 @@ class Tuner:
                             cb(result)
                         if self._out_of_time(start):
                             break
-                    if writer:
+                    if writer is not None:
                         writer.flush()  # durable before the strategy hears of the batch and the next is asked for
                     self.strategy.tell(told)
                 late = self.executor.late_results(self.runner)
                 for result in late:  # amendments that showed only after the last candidate
-                    if writer:
+                    if writer is not None:
                         writer.add(result)
                     new.append(result)
                     for cb in self.callbacks:
                         cb(result)
-                if writer:
+                if writer is not None:
                     writer.flush()
                 if late:
                     self.strategy.tell(late)
@@ -318,7 +319,7 @@ class Tuner:
             status = "finished" if not stopped else "environment"
         finally:
             try:
-                if writer:
+                if writer is not None:
                     writer.close()  # what arrived before an interruption is committed too
             finally:
                 if self.db and session:
