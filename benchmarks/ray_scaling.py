@@ -12,9 +12,12 @@ whose compiles take ~0.5 to 6 s like real auto-scheduled kernels. Measurements p
 are the candidates a run measured over its wall time (the tuner's, after a warm-up run
 that starts the actors). Scaling efficiency at N nodes is its throughput over N times
 the one-node throughput; the overhead of Ray is its one-node throughput against the
-local executor's with the same cores. "driver ms" is the driver process's own CPU time
-per candidate (the strategy, the records, the hand-offs, Ray's threads in the driver),
-so 60,000 / driver ms is the most a minute that one driver could hand out.
+local executor's with the same cores. "steady" is the results a minute from a run's first
+result to its last (its start-up left out: actors starting the run's measuring workers,
+the first builds), "first s" the seconds to the first result, and "driver ms" the
+driver process's own CPU time per candidate (the strategy, the records, the hand-offs,
+Ray's threads in the driver), so 60,000 / driver ms is the most a minute that one driver
+could hand out.
 
 With CUDA (or `--triton` on a machine without, under Triton's interpreter), a Triton
 matmul tuned with `tensortune.tune(isolate=True)` runs the same way on a one-node cluster
