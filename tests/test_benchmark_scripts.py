@@ -173,3 +173,49 @@ def test_the_templates_benchmark_replays_its_measured_knob_space(tmp_path):
     for st in section["strategies"].values():
         assert len(st["curves_ms"]) == 3 and all(len(c) == 16 for c in st["curves_ms"])
         assert 0 < st["mean_fraction"]["16"] <= 1
+
+
+@pytest.mark.slow
+def test_multi_gpu_benchmark_dry_run_scales_out_and_its_ranks_agree(tmp_path):
+    """benchmarks/multi_gpu.py --dry-run: the GPU run's code paths on the CPU (Triton's
+    interpreter, a real local Ray cluster of 1 then 2 measuring actors, 2 real ranks over
+    gloo)."""
+    out = tmp_path / "multi_gpu.json"
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "multi_gpu.py"), "--dry-run", "--gpus", "1,2",
+               "--shapes", "16x16x16,32x32x16", "--trials", "3", "--ranks", "2", "--rank-budget", "2",
+               "--json", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = json.loads(out.read_text())
+    for size in ("1", "2"):
+        run = written["ray"][size]
+        assert run["trials"] == 6 and run["per_minute"] > 0
+        for shape in run["shapes"]:
+            assert shape["environment_failures"] == 0 and shape["best_config"] is not None
+    rank0, rank1 = written["ranks"]["2"]["ranks"]
+    assert written["ranks"]["2"]["agree"] and written["ranks"]["2"]["correct"]
+    assert rank0["measured"] > 0 and rank1["measured"] == 0
+    assert {d["source"] for d in rank0["decisions"].values()} == {"tuned"}
+    assert {d["source"] for d in rank1["decisions"].values()} == {"agreed"}
+    assert len(rank1["decisions"]) == 2 and "ranks agree" in done.stdout.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_ray_scaling_benchmark_runs_both_workloads_on_a_one_node_cluster(tmp_path):
+    """benchmarks/ray_scaling.py at its smallest: a real one-node Ray cluster, the demo's C
+    template and the conv2d auto-scheduler workload, Ray against local, nothing lost."""
+    out = tmp_path / "ray_scaling.json"
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "ray_scaling.py"), "--nodes", "1",
+               "--cpus-per-node", "2", "--workloads", "demo64,conv", "--trials", "4", "--conv-trials", "2",
+               "--rounds", "1", "--no-triton", "--json", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = json.loads(out.read_text())
+    assert [(r["workload"], r["nodes"], r["lost"]) for r in written["summary"]] == [("demo64", 1, 0), ("conv", 1, 0)]
+    for workload, trials in (("demo64", 4), ("conv", 2)):
+        for way in ("ray", "local"):
+            (run,) = written["c"][workload]["1"][way]
+            assert run["trials"] == trials and run["records"] == trials and run["environment_failures"] == 0
+            assert run["driver_ms_per_candidate"] > 0 and run["first_result_seconds"] > 0

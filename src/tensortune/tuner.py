@@ -1,4 +1,4 @@
-"""The tuning loop: ask the strategy, build in parallel, run, record at once, tell.
+"""The tuning loop: ask the strategy, build in parallel, run, record on arrival, tell.
 
 Every frontend (plain callables, Triton kernels, tensor expressions) describes what is
 tuned with a space, a builder and a runner, and hands them to a `Tuner`.
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .db import Database, Target, Workload
+from .db.writer import RecordWriter
 from .measure import Builder, Executor, MeasureResult, NullBuilder, Runner, make_executor
 from .progress import TuneProgress
 from .search import SearchStrategy, create_strategy
@@ -169,7 +170,12 @@ def best_of(results: Sequence[MeasureResult]) -> MeasureResult | None:
 
 
 class Tuner:
-    """Drives one workload's search on one target; results go to the database at once.
+    """Drives one workload's search on one target; results go to the database on arrival.
+
+    Each result is handed to a `RecordWriter` (a thread that commits at once when idle,
+    and in one transaction whatever arrived during its previous commit) and to the
+    callbacks; the batch is committed before the strategy is told of it, before the next
+    batch is asked for and before `run` returns.
 
     `executor`: where each batch is built and measured: "local" (the builder's processes,
     then the runner's worker; the default), "ray" (Ray tasks and actors on the cluster at
@@ -247,6 +253,8 @@ class Tuner:
         tries: dict[Config, int] = {}
         streak = 0  # environment failures in a row
         stopped = ""
+        writer = (RecordWriter(self.db, self.workload, self.target, self.strategy.name, session)
+                  if self.db is not None else None)
         try:
             with TuneProgress(self._planned_trials(prior), self.description, self.progress) as bar:
                 if best:
@@ -263,7 +271,8 @@ class Tuner:
                         break
                     told = []
                     for result in self.executor.measure(self.builder, self.runner, configs, self.target):
-                        self._record(result, session)
+                        if writer is not None:
+                            writer.add(result)  # committed by the writer's thread at once, or with the next group
                         new.append(result)
                         if result.amends:  # an earlier success turned out to crash its worker
                             told.append(result)
@@ -291,21 +300,30 @@ class Tuner:
                             cb(result)
                         if self._out_of_time(start):
                             break
+                    if writer is not None:
+                        writer.flush()  # durable before the strategy hears of the batch and the next is asked for
                     self.strategy.tell(told)
                 late = self.executor.late_results(self.runner)
                 for result in late:  # amendments that showed only after the last candidate
-                    self._record(result, session)
+                    if writer is not None:
+                        writer.add(result)
                     new.append(result)
                     for cb in self.callbacks:
                         cb(result)
+                if writer is not None:
+                    writer.flush()
                 if late:
                     self.strategy.tell(late)
                     best = best_of(tuple(prior) + tuple(new))
                 bar.finish()
             status = "finished" if not stopped else "environment"
         finally:
-            if self.db and session:
-                self.db.finish_session(session, status)
+            try:
+                if writer is not None:
+                    writer.close()  # what arrived before an interruption is committed too
+            finally:
+                if self.db and session:
+                    self.db.finish_session(session, status)
         measured = sum(1 for r in new if not r.amends and not r.environment)
         return TuneResult(best, tuple(prior) + tuple(new), measured, time.perf_counter() - start,
                           session, reused=len(prior), stopped=stopped)
@@ -359,10 +377,6 @@ class Tuner:
             return self.space.is_valid(config)
         except Exception:  # noqa: BLE001 - a value the space cannot even compare is not in it
             return False
-
-    def _record(self, result: MeasureResult, session: str) -> None:
-        if self.db is not None:
-            self.db.add(self.workload, self.target, result, strategy=self.strategy.name, session=session)
 
     def _out_of_time(self, start: float) -> bool:
         return self.budget.seconds is not None and time.perf_counter() - start >= self.budget.seconds

@@ -202,16 +202,44 @@ class Database:
     def add(self, workload: Workload, target: Target, result: MeasureResult,
             strategy: str = "", session: str = "", created_at: float | None = None) -> Record:
         """Commit one measurement now and return it as a record."""
-        rec = Record(workload, target, result.config, tuple(result.times), result.error,
-                     result.message, result.compile_seconds, result.run_seconds, strategy, session,
-                     created_at if created_at is not None else time.time(), dict(result.extra))
-        self.add_record(rec)
+        rec = self.record_of(workload, target, result, strategy, session, created_at)
+        self.add_records([rec])
         return rec
+
+    def add_many(self, workload: Workload, target: Target, results: Iterable[MeasureResult],
+                 strategy: str = "", session: str = "") -> list[Record]:
+        """Commit several measurements in one transaction (all or none), as records."""
+        recs = [self.record_of(workload, target, r, strategy, session) for r in results]
+        self.add_records(recs)
+        return recs
+
+    @staticmethod
+    def record_of(workload: Workload, target: Target, result: MeasureResult, strategy: str = "",
+                  session: str = "", created_at: float | None = None) -> Record:
+        return Record(workload, target, result.config, tuple(result.times), result.error,
+                      result.message, result.compile_seconds, result.run_seconds, strategy, session,
+                      created_at if created_at is not None else time.time(), dict(result.extra))
 
     _INSERT_RECORD = insert(records)  # one statement, compiled once; the values are its parameters
 
     def add_record(self, rec: Record) -> None:
-        row = dict(
+        self.add_records([rec])
+
+    def add_records(self, recs: list[Record]) -> None:
+        """Commit records in one transaction: one statement for all of them, one commit."""
+        if not recs:
+            return
+        rows = [self._row_of(rec) for rec in recs]
+
+        def insert_all(c: Connection) -> int:
+            if len(rows) > 1 and self.dialect == "sqlite":  # one commit for all (autocommit otherwise)
+                c.exec_driver_sql("BEGIN IMMEDIATE")
+            return c.execute(self._INSERT_RECORD, rows if len(rows) > 1 else rows[0]).rowcount
+
+        self._run(insert_all, writes=True)
+
+    def _row_of(self, rec: Record) -> dict[str, Any]:
+        return dict(
             workload_id=self._workload_id(rec.workload), target_id=self._target_id(rec.target),
             config_json=rec.config.to_json(), config_hash=rec.config.digest,
             times_json=json.dumps(list(rec.times)), time=rec.time if rec.ok else None,
@@ -219,7 +247,6 @@ class Database:
             compile_seconds=rec.compile_seconds, run_seconds=rec.run_seconds, strategy=rec.strategy,
             session=rec.session, created_at=rec.created_at, extra_json=json.dumps(rec.extra, default=str),
             environment=rec.to_result().environment or None)
-        self._run(lambda c: c.execute(self._INSERT_RECORD, row).rowcount, writes=True)
 
     def start_session(self, workload: Workload, target: Target, strategy: str,
                       budget: dict[str, Any]) -> str:

@@ -1,0 +1,333 @@
+"""Tuning on 1, 2 and 4 GPUs of one host: the Ray executor's throughput, and ranks that agree.
+
+Two parts, one table printed last, one JSON:
+
+1. **Ray, one measuring actor per GPU.** The same tuning job at each size: the Triton
+   matmul of benchmarks/triton_matmul.py over its 216-configuration grid (BLOCK_M x
+   BLOCK_N x BLOCK_K x num_stages x num_warps) on its four shapes, each shape tuned by
+   `tensortune.tune(fn, space, executor=RayExecutor(...), isolate=True)` from an empty
+   records store and a cold Triton cache. At each size G a fresh cluster on this host
+   (`LocalCluster`: one node with G GPUs and G measurement slots) holds G measuring
+   actors, each with one GPU (Ray gives each its own `CUDA_VISIBLE_DEVICES`) and its
+   isolated worker, where each candidate is JIT-compiled, checked against torch.matmul
+   and timed with CUDA events (`CudaTimer`). Reported: wall time, measurements per
+   minute, scaling (throughput over G times the one-GPU throughput), and each shape's
+   winner against the one-GPU run's (the same candidates are measured at every size:
+   the whole grid, or the same seeded random sample with `--trials`).
+2. **Rank agreement** (`distributed="auto"`, `@tensortune.autotune`'s default): N real
+   ranks under torch.distributed (NCCL on GPUs, with NCCL_NVLS_ENABLE=0; gloo on the
+   CPU) launch the same kernel on the same shapes; rank 0 tunes and broadcasts, the
+   others measure nothing. Reported: whether every rank ends with the same
+   configuration for every shape, and the time to the last rank's first launches
+   against one rank tuning alone (a single process, no process group).
+
+`--dry-run` runs both parts on the CPU (Triton's interpreter, tiny shapes and grid, a
+local Ray cluster whose "devices" are CPU measurement slots, gloo): the code paths of the
+GPU run, not its speed.
+
+Usage (from the repository root):
+    GPU host:  python benchmarks/multi_gpu.py --gpus 1,2 --json $OUT/multi_gpu.json
+    CPU:       TRITON_INTERPRET=1 python benchmarks/multi_gpu.py --dry-run --json multi_gpu_dry.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+
+DRY_SHAPES = ["16x16x16", "32x16x16", "16x32x16", "32x32x16"]
+DRY_GRID = dict(BLOCK_M=(16, 32), BLOCK_N=(16, 32), BLOCK_K=(16,), num_stages=(3,), num_warps=(1, 2))
+_STATE: dict = {}
+
+
+# ---- what runs in the measuring workers (imported there as the module `multi_gpu`) ---------------
+class OnHost:
+    """A device tensor that reaches the host only when the check reads it, never inside a
+    timed run (`np.asarray` calls `__array__`)."""
+
+    def __init__(self, tensor) -> None:
+        self.tensor = tensor
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.tensor.cpu().numpy()
+        return out if dtype is None else out.astype(dtype)
+
+
+def _cold_triton_cache() -> None:
+    """A Triton cache of this worker's own, empty, before Triton is first imported here."""
+    if "cache" not in _STATE:
+        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="tt-multigpu-triton-")
+        _STATE["cache"] = os.environ["TRITON_CACHE_DIR"]
+
+
+def _args(shape: str) -> tuple:
+    _cold_triton_cache()
+    if shape not in _STATE:
+        import torch
+        import triton_matmul as tm
+
+        cuda = torch.cuda.is_available()
+        _STATE[shape] = tm.make_args(*tm.parse(shape), "cuda" if cuda else "cpu", "float16" if cuda else "float32")
+    return _STATE[shape]
+
+
+def run_matmul(shape: str = "", BLOCK_M: int = 0, BLOCK_N: int = 0, BLOCK_K: int = 0, num_stages: int = 3,
+               num_warps: int = 4) -> OnHost:
+    """One launch of the matmul with one configuration (the timer synchronises)."""
+    _cold_triton_cache()
+    import triton_matmul as tm
+
+    args = _args(shape)
+    M, N, _ = tm.parse(shape)
+    tm.matmul_kernel[tm.grid_of(M, N)](*args, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+                                       num_stages=num_stages, num_warps=num_warps)
+    return OnHost(args[2])
+
+
+def reference_of(shape: str = ""):
+    a, b = _args(shape)[:2]
+    return (a @ b).cpu().numpy()
+
+
+# ---- part 1: Ray, one actor per GPU ---------------------------------------------------------------
+def _timer(cuda: bool):
+    from tensortune.measure.cuda_timer import CudaTimer
+
+    if cuda:  # a quick first pass over many candidates (see cuda_timer's notes)
+        return CudaTimer(budget_seconds=0.02, warmup_seconds=0.02)
+    return CudaTimer(clock="host", flush_l2=False, budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1,
+                     estimate_repeats=1, cooldown=0.0)
+
+
+def tune_shape(executor, shape: str, grid: dict, trials: int | None, seed: int, cuda: bool, db: str) -> dict:
+    import functools
+
+    import multi_gpu as job
+    from tensortune import tune
+    from tensortune.space import Space
+
+    space = Space({k: list(v) for k, v in grid.items()})
+    size = 1
+    for v in grid.values():
+        size *= len(v)
+    whole = trials is None or trials >= size
+    result = tune(functools.partial(job.run_matmul, shape=shape), space, budget=size if whole else trials,
+                  strategy="exhaustive" if whole else "random", seed=seed, key={"shape": shape},
+                  reference=functools.partial(job.reference_of, shape=shape), db=db, isolate=True,
+                  timeout=300, progress=False, timer=_timer(cuda), executor=executor, name="bench.multi_gpu_matmul")
+    best = result.best
+    return {"shape": shape, "trials": result.trials, "seconds": result.seconds, "failures": result.failures,
+            "environment_failures": result.environment_failures,
+            "best_config": best.config.as_dict() if best else None, "best_time": best.time if best else None}
+
+
+def ray_part(args: argparse.Namespace, cuda: bool, shapes: list[str], grid: dict, out: dict) -> None:
+    from tensortune.distributed import RayExecutor
+    from tensortune.distributed.local_cluster import LocalCluster
+
+    for g in [int(x) for x in args.gpus.split(",")]:
+        scratch = tempfile.mkdtemp(prefix="tt-multigpu-")
+        cluster = LocalCluster(workers=1, cpus_per_worker=args.cpus_per_node or g + 2, slots=g,
+                               gpus_per_worker=g if cuda else 0, python_path=(HERE,)).start()
+        try:
+            with RayExecutor(cluster.address, measure_gpus=1 if cuda else 0) as executor:
+                # warm-up: the actors start (and import torch) before the clock starts
+                tune_shape(executor, shapes[0], grid, 2 * g, 999, cuda, os.path.join(scratch, "warm.db"))
+                start = time.perf_counter()
+                rows = [tune_shape(executor, s, grid, args.trials, args.seed, cuda, os.path.join(scratch, "t.db"))
+                        for s in shapes]
+                wall = time.perf_counter() - start
+        finally:
+            cluster.stop()
+        trials = sum(r["trials"] for r in rows)
+        out["ray"][str(g)] = {"wall_seconds": wall, "trials": trials, "per_minute": 60 * trials / wall,
+                              "shapes": rows}
+        print(f"  {g} device(s): {trials} measured in {wall:.1f} s ({60 * trials / wall:.0f}/min)", flush=True)
+        _write(args.json, out)
+
+
+# ---- part 2: ranks that agree --------------------------------------------------------------------
+def rank_main() -> None:
+    """One rank (env RANK, WORLD_SIZE, MASTER_ADDR/PORT, TT_SHAPES, TT_GRID, TT_BUDGET, TT_DB)."""
+    import torch
+
+    import tensortune as tt
+    import triton_matmul as tm
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(rank)
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world)
+    grid = json.loads(os.environ["TT_GRID"])
+    budget = int(os.environ["TT_BUDGET"]) or None
+    kernel = tt.autotune(tm.configs(grid), key=["M", "N", "K"], budget=budget, reference=tm.reference,
+                         settings=tt.Settings(db_path=os.environ["TT_DB"], progress=False),
+                         timer=None if cuda else _timer(False), seed=0)(tm.matmul_kernel)
+    shapes = os.environ["TT_SHAPES"].split(",")
+    launches = [tm.make_args(*tm.parse(s), "cuda" if cuda else "cpu", "float16" if cuda else "float32")
+                for s in shapes]
+    if world > 1:
+        dist.barrier()
+    start = time.perf_counter()
+    for s, a in zip(shapes, launches):
+        kernel[tm.grid_of(*tm.parse(s)[:2])](*a)
+    if cuda:
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    correct = all(torch.allclose(a[2].float(), (a[0] @ a[1]).float(), rtol=2e-2, atol=2e-2 * float(a[2].abs().max()))
+                  for a in launches)
+    decisions = {str(k): {"config": d.config.as_dict(), "source": d.source} for k, d in kernel.decisions().items()}
+    measured = sum(t.result.trials for t in kernel.tunings.values())
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    print("RANK " + json.dumps({"rank": rank, "seconds": seconds, "decisions": decisions, "measured": measured,
+                                "correct": bool(correct)}), flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(world: int, shapes: list[str], grid: dict, budget: int | None, scratch: str) -> dict:
+    port = str(_free_port())
+    procs = []
+    for rank in range(world):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "NCCL_NVLS_ENABLE": "0",
+               "TT_SHAPES": ",".join(shapes), "TT_GRID": json.dumps(grid), "TT_BUDGET": str(budget or 0),
+               "TT_DB": os.path.join(scratch, f"w{world}-rank{rank}.db"),
+               "TRITON_CACHE_DIR": os.path.join(scratch, f"w{world}-rank{rank}-triton")}
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-worker"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    ranks = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=3600)
+        lines = [ln for ln in stdout.splitlines() if ln.startswith("RANK ")]
+        if p.returncode != 0 or not lines:
+            raise RuntimeError(f"a rank failed (exit {p.returncode}): {stderr[-3000:]}")
+        ranks.append(json.loads(lines[-1][5:]))
+    ranks.sort(key=lambda r: r["rank"])
+    chosen = [{k: v["config"] for k, v in r["decisions"].items()} for r in ranks]
+    return {"world": world, "ranks": ranks, "agree": all(c == chosen[0] for c in chosen),
+            "seconds": max(r["seconds"] for r in ranks), "correct": all(r["correct"] for r in ranks)}
+
+
+def ranks_part(args: argparse.Namespace, cuda: bool, shapes: list[str], grid: dict, out: dict) -> None:
+    scratch = tempfile.mkdtemp(prefix="tt-multigpu-ranks-")
+    for world in (1, args.ranks):
+        row = run_ranks(world, shapes, grid, args.rank_budget, scratch)
+        out["ranks"][str(world)] = row
+        print(f"  {world} rank(s): {row['seconds']:.1f} s, agree {row['agree']}, correct {row['correct']}", flush=True)
+        _write(args.json, out)
+
+
+# ---- the table -----------------------------------------------------------------------------------
+def table(out: dict) -> list[dict]:
+    rows = []
+    ray = out.get("ray", {})
+    one = ray.get("1")
+    for g, r in ray.items():
+        quality = []
+        if one:
+            for mine, base in zip(r["shapes"], one["shapes"]):
+                if mine["best_time"] and base["best_time"]:
+                    quality.append(mine["best_time"] / base["best_time"])
+        rows.append({"part": "Ray, one actor per device", "n": int(g), "seconds": r["wall_seconds"],
+                     "per_minute": r["per_minute"],
+                     "scaling": r["per_minute"] / (int(g) * one["per_minute"]) if one else None,
+                     "quality": max(quality) if quality else None,
+                     "same_winners": [m["best_config"] for m in r["shapes"]] == [b["best_config"] for b in one["shapes"]]
+                     if one else None,
+                     "lost": sum(s["environment_failures"] for s in r["shapes"])})
+    alone = out.get("ranks", {}).get("1")
+    for w, r in out.get("ranks", {}).items():
+        rows.append({"part": "ranks agree (autotune)", "n": int(w), "seconds": r["seconds"],
+                     "vs_alone": r["seconds"] / alone["seconds"] if alone else None, "agree": r["agree"],
+                     "correct": r["correct"]})
+    return rows
+
+
+def _write(path: str | None, out: dict) -> None:
+    out["summary"] = table(out)
+    if path:
+        with open(path, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", default=None, help="device counts of the Ray part (default 1,2,4 up to those here)")
+    parser.add_argument("--ranks", type=int, default=None, help="ranks of the agreement part (default: the GPUs)")
+    parser.add_argument("--trials", type=int, default=None,
+                        help="candidates per shape (default: the whole grid; fewer: the same seeded random sample)")
+    parser.add_argument("--rank-budget", type=int, default=None, help="candidates per shape for rank 0's tuning")
+    parser.add_argument("--shapes", default=None, help="MxNxK,... (default: triton_matmul.py's four)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cpus-per-node", type=int, default=None, help="CPUs of the Ray node (default: devices + 2)")
+    parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument("--no-ranks", action="store_true")
+    parser.add_argument("--dry-run", action="store_true", help="on the CPU: interpreter, tiny shapes and grid, gloo")
+    parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    if args.rank_worker:
+        return rank_main()
+    if args.dry_run:
+        os.environ["TRITON_INTERPRET"] = "1"  # before torch and triton load, here and in every node and rank
+    import torch
+    import triton_matmul as tm
+
+    cuda = torch.cuda.is_available() and not args.dry_run
+    if not cuda and not args.dry_run:
+        parser.error("no CUDA GPU here: pass --dry-run to run the same code paths on the CPU")
+    present = torch.cuda.device_count() if cuda else 2
+    args.gpus = args.gpus or ",".join(str(g) for g in (1, 2, 4) if g <= present)
+    if cuda and max(int(g) for g in args.gpus.split(",")) > present:
+        parser.error(f"--gpus {args.gpus}: this host has {present} GPU(s)")
+    args.ranks = args.ranks or max(int(g) for g in args.gpus.split(","))
+    shapes = args.shapes.split(",") if args.shapes else (tm.SHAPES if cuda else DRY_SHAPES)
+    grid = tm.GRID if cuda else DRY_GRID
+    out: dict = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0],
+                             "gpus": [torch.cuda.get_device_name(k) for k in range(present)] if cuda else [],
+                             "torch": torch.__version__},
+                 "dry_run": not cuda, "args": vars(args), "shapes": shapes,
+                 "grid": {k: list(v) for k, v in grid.items()},
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "ray": {}, "ranks": {}}
+    if not args.no_ray:
+        print(f"Ray part: devices {args.gpus}, shapes {shapes}, trials per shape {args.trials or 'all'}", flush=True)
+        ray_part(args, cuda, shapes, grid, out)
+    if not args.no_ranks:
+        print(f"rank agreement: 1 and {args.ranks} ranks ({'nccl' if cuda else 'gloo'})", flush=True)
+        ranks_part(args, cuda, shapes, grid, out)
+    _write(args.json, out)
+    print()
+    print(f"{'part':28s} {'n':>2s} {'seconds':>8s} {'meas/min':>9s} {'scaling':>8s} {'winner/1':>9s} "
+          f"{'same win':>8s} {'agree':>6s} {'vs alone':>8s}")
+    for r in out["summary"]:
+        def f(key, fmt):
+            return format(r[key], fmt) if r.get(key) is not None else "-"
+        print(f"{r['part']:28s} {r['n']:2d} {r['seconds']:8.1f} {f('per_minute', '9.0f'):>9s} "
+              f"{f('scaling', '8.2f'):>8s} {f('quality', '9.3f'):>9s} {str(r.get('same_winners', '-')):>8s} "
+              f"{str(r.get('agree', '-')):>6s} {f('vs_alone', '8.2f'):>8s}")
+
+
+if __name__ == "__main__":
+    main()
