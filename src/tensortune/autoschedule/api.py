@@ -322,14 +322,13 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
     `jobs`: compile processes (default 2 on the CPU, one per core for CUDA).
     `target="cuda"` hands the graph to the GPU auto-scheduler (`backends.triton`), with
     `strategy`, `jobs`, `timer`, `confirm` (> 1: re-time finalists) and `gpu_options` passed on.
-    `executor="ray"` (CPU target): candidates are compiled and measured on a Ray cluster's
-    nodes of this CPU (`ray_address`, docs/distributed.md); the finalists are re-timed here.
+    `executor="ray"`: candidates are compiled and measured on a Ray cluster's nodes of the
+    target (this CPU, or this GPU: one actor per GPU; `ray_address`, docs/distributed.md);
+    the finalists are re-timed here.
     """
     if target in GPU_TARGETS:
         if args is not None or name is not None or retry_failed:
             raise TEError("args=, name= and retry_failed= apply to target='cpu' only")
-        if executor not in (None, "local") or ray_address is not None:
-            raise TEError("executor='ray' applies to target='cpu' only (the GPU auto-scheduler measures locally)")
         from ..extras import needs_extra
         with needs_extra(f"te.autoschedule(target={target!r})", extra="triton"):
             import torch  # noqa: F401  (both are needed; say so before any work)
@@ -337,7 +336,8 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
             from ..backends.triton import autoschedule_cuda
         return autoschedule_cuda(outputs_or_function, budget=64 if budget is None else budget, db=db, seed=seed,
                                  strategy=strategy, jobs=jobs, timer=timer, confirm=confirm > 1, retune=retune,
-                                 progress=_progress(progress), **gpu_options)
+                                 progress=_progress(progress), executor=executor, ray_address=ray_address,
+                                 **gpu_options)
     if gpu_options:
         raise TEError(f"unknown option(s) {sorted(gpu_options)} for target {target!r}")
     _check_target(target)

@@ -88,8 +88,6 @@ def model_tune(ctx: click.Context, factory: str, inputs: tuple[str, ...], target
     from ..graph import compile as compile_model
 
     device = target or ("cuda" if torch.cuda.is_available() else "cpu")
-    if executor == "ray" and device != "cpu":
-        raise click.ClickException("--executor ray applies to --target cpu only (GPU kernels are measured locally)")
     try:
         specs = [parse_input(text) for text in inputs]
         make = load_object(factory)
