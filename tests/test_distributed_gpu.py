@@ -69,3 +69,114 @@ def test_an_autotuned_triton_kernel_is_measured_by_actors_that_own_a_gpu(tmp_pat
     workload = Workload.make(k.name, k.source, k.decision.key.as_dict())
     records = db.records(workload, interpreter_target())
     assert {r.config for r in records if not r.extra.get("final")} == {r.config for r in history}
+
+
+@pytest.mark.slow
+def test_te_autoschedule_for_cuda_generates_compiles_and_measures_on_the_cluster(tmp_path, gpu_executor):
+    """te.autoschedule(target="cuda", executor=...): each candidate's module is generated in
+    a build task and travels to the actor that measures it; the winner computes the graph."""
+    from tensortune import te
+    from tensortune.te import workloads
+
+    db = Database(tmp_path / "t.db")
+    kernel = te.autoschedule(workloads.matmul(16, 16, 32, "float16"), target="cuda", budget=4, db=db,
+                             cache_dir=tmp_path / "gen", strategy="random", jobs=1, confirm=1, progress=False,
+                             executor=gpu_executor)
+    a, b = torch.randn(16, 32).half(), torch.randn(32, 16).half()
+    torch.testing.assert_close(kernel(a, b).float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
+    records = db.records(_cuda_workload(kernel), interpreter_target())
+    assert len(records) == 4 and any(r.ok for r in records)
+    assert all(r.extra["ray_gpus"] == "0" and r.extra["ray_node"] for r in records if r.extra.get("stage") != "build")
+
+
+def _cuda_workload(kernel):
+    from tensortune.backends.triton.tune import cuda_workload
+
+    return cuda_workload(kernel.plan, kernel.generator.options)
+
+
+@pytest.mark.slow
+def test_a_node_killed_while_it_measures_triton_candidates_loses_nothing(tmp_path, ray_cluster, gpu_executor):
+    """A worker node dies while its GPU actor has candidates queued: they come back as the
+    environment's failures, are measured again on the other node, and every result the
+    run saw is in the database; the launch still uses a verified winner."""
+    import threading
+    import time
+
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": kk}, num_warps=w)
+               for m in (16, 32) for n in (16, 32) for kk in (16, 32) for w in (1,)]
+    db_path = tmp_path / "t.db"
+    slow = CudaTimer(clock="host", budget_seconds=0.3, warmup_seconds=0.0, min_repeats=2, estimate_repeats=1)
+    k = tt.autotune(configs=configs, key=["M"], reference=matmul_reference, timer=slow,
+                    settings=tt.Settings(db_path=db_path, progress=False), executor=gpu_executor)(matmul_kernel)
+    args = matmul_args(20, 24, 40)
+    victim: list[str] = []
+    stop = threading.Event()
+
+    def kill_the_node_of_an_early_result():
+        watch = Database(db_path)
+        while not stop.is_set():
+            seen = [r for r in watch.all_records() if r.extra.get("ray_node")]
+            if len(seen) >= 2:
+                victim.append(seen[0].extra["ray_node"])
+                ray_cluster.kill_node(victim[0])
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_the_node_of_an_early_result, daemon=True)
+    killer.start()
+    try:
+        k[matmul_grid(20, 24)](*args)
+    finally:
+        stop.set()
+        killer.join()
+        ray_cluster.add_worker()  # the next test has its two workers again
+    torch.testing.assert_close(args[2], args[0] @ args[1], rtol=1e-4, atol=1e-4)
+    assert victim, "the node was not killed during the run"
+    (tuning,) = k.tunings.values()
+    seen = tuning.result.history
+    workload = Workload.make(k.name, k.source, k.decision.key.as_dict())
+    records = [r for r in Database(db_path).records(workload, interpreter_target()) if not r.extra.get("final")]
+    assert len(records) == len(seen)  # every result the run saw was recorded
+    lost = [r for r in seen if r.environment]
+    assert lost and all("lost" in r.environment for r in lost)
+    measured_after = {r.config for r in seen[seen.index(lost[0]):] if r.ok}
+    assert {r.config for r in lost} <= measured_after  # measured again, on the node left
+    assert len({r.config for r in seen if r.ok}) == len(configs)  # nothing lost: every candidate measured
+
+
+def test_triton_cache_entries_travel_to_another_cache_and_are_hits_there(tmp_path, monkeypatch):
+    """A candidate compiled for sm_90 (no GPU needed) in one Triton cache, packed, installed
+    in another: compiling it again there finds it (the files are not written again), and
+    the group file points at the files of the new cache."""
+    import json
+
+    from test_gpu_measure_triton import N, scale_kernel
+
+    from tensortune.measure.gpu import TensorArg
+    from tensortune.measure.triton_compile import kernel_reference, precompile
+    from tensortune.measure.triton_shipping import CacheEntries, TravellingBinary, arrive
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    here, there = tmp_path / "here", tmp_path / "there"
+    args = [TensorArg((N,)), TensorArg((N,), output=True), N, 1.5]
+    (built,) = precompile(kernel_reference(scale_kernel), [{"BLOCK": 64, "num_warps": 2}], args,
+                          target=("cuda", 90, 32), jobs=1, env={"TRITON_CACHE_DIR": str(here)})
+    assert built.ok, built.message
+    entries = CacheEntries.pack([built.artifact.kernel_hash], here)
+    assert entries.files and any(name.endswith(".cubin") for _, name, _, _ in entries.files)
+    module = tmp_path / "gen" / "k.py"
+    travelled = TravellingBinary(built.artifact, entries, str(module), "X = 1\n")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(there))
+    assert arrive(travelled) == built.artifact and module.read_text() == "X = 1\n"
+    folder = there / entries.files[0][0]
+    (group,) = folder.glob("__grp__*")
+    assert all(p.startswith(str(folder)) for p in json.loads(group.read_text())["child_paths"].values())
+    before = {f.name: f.stat().st_ino for f in folder.iterdir()}
+    (again,) = precompile(kernel_reference(scale_kernel), [{"BLOCK": 64, "num_warps": 2}], args,
+                          target=("cuda", 90, 32), jobs=1, env={"TRITON_CACHE_DIR": str(there)})
+    assert again.ok and again.artifact.kernel_hash == built.artifact.kernel_hash
+    assert {f.name: f.stat().st_ino for f in folder.iterdir()} == before  # a cache hit: nothing rewritten
+    damaged = CacheEntries(tuple((h, n, d + b"!", s) for h, n, d, s in entries.files))
+    with pytest.raises(ValueError, match="arrived damaged"):
+        damaged.install(tmp_path / "elsewhere")

@@ -37,9 +37,20 @@ def triton_cache_dir() -> Path:
     return Path(knobs.cache.dir)
 
 
+def entry_folders(kernel_hash: str) -> tuple[str, ...]:
+    """The names a cache entry's folder may have: Triton names it by its hash in base32
+    (recent versions) or as it is."""
+    try:
+        from triton.runtime.cache import _base32
+
+        return (_base32(kernel_hash), kernel_hash)
+    except (ImportError, ValueError):
+        return (kernel_hash,)
+
+
 @dataclass(frozen=True)
 class CacheEntries:
-    """Files of Triton cache entries: (entry hash, file name, bytes, sha256) each."""
+    """Files of Triton cache entries: (entry folder, file name, bytes, sha256) each."""
 
     files: tuple[tuple[str, str, bytes, str], ...]
 
@@ -48,14 +59,14 @@ class CacheEntries:
         """The files of the entries `hashes` in this node's cache (missing entries are left out)."""
         root = Path(cache_dir) if cache_dir is not None else triton_cache_dir()
         files = []
-        for h in dict.fromkeys(hashes):
-            folder = root / h
-            if not h or not folder.is_dir():
+        for h in dict.fromkeys(h for h in hashes if h):
+            folder = next((root / name for name in entry_folders(h) if (root / name).is_dir()), None)
+            if folder is None:
                 continue
             for f in sorted(folder.iterdir()):
                 if f.is_file() and f.name != "lock" and ".tmp" not in f.name:
                     data = f.read_bytes()
-                    files.append((h, f.name, data, hashlib.sha256(data).hexdigest()))
+                    files.append((folder.name, f.name, data, hashlib.sha256(data).hexdigest()))
         return CacheEntries(tuple(files))
 
     def install(self, cache_dir: str | os.PathLike[str] | None = None) -> int:
