@@ -180,3 +180,34 @@ def test_triton_cache_entries_travel_to_another_cache_and_are_hits_there(tmp_pat
     damaged = CacheEntries(tuple((h, n, d + b"!", s) for h, n, d, s in entries.files))
     with pytest.raises(ValueError, match="arrived damaged"):
         damaged.install(tmp_path / "elsewhere")
+
+
+@pytest.mark.slow
+def test_a_whole_model_for_the_gpu_tunes_its_kernels_on_ray_in_concurrent_rounds(tmp_path, gpu_executor,
+                                                                                  monkeypatch):
+    """tensortune.compile(target="cuda", executor=...): the task scheduler runs several
+    kernels' rounds at once on the cluster (a round of one kernel is smaller than what
+    the cluster measures at once); the compiled model matches eager torch."""
+    import tensortune
+    from tensortune.tasks import TaskScheduler
+
+    schedules = []
+    run = TaskScheduler.run
+    monkeypatch.setattr(TaskScheduler, "run", lambda self: schedules.append(run(self)) or schedules[-1])
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)).eval()
+    db = tmp_path / "records.db"
+    fast = tensortune.compile(model, (torch.randn(4, 16),), target="cuda", budget=4, db=str(db), progress=False,
+                              executor=gpu_executor)
+    assert all(t.source == "tuned" for t in fast.report.tasks), fast.report.table()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(fast(x), model(x), rtol=2e-2, atol=2e-2)
+    store = Database(db)
+    measured = [r for w in fast.workloads for r in store.records(w, interpreter_target())
+                if r.extra.get("stage") != "build"]
+    assert measured and all(r.extra.get("ray_gpus") == "0" for r in measured)
+    (schedule,) = schedules
+    waves = [[r.task for r in schedule.rounds if r.wave == w] for w in {r.wave for r in schedule.rounds}]
+    assert max(len(w) for w in waves) >= 2, schedule.rounds  # several kernels' rounds at once

@@ -32,7 +32,7 @@ import numpy as np
 from ..db import Database, Record, Target, Workload
 from ..measure import Executor, LocalExecutor, MeasureResult, Timer, check_close, make_executor
 from ..space import Config, Space
-from ..tasks import ScheduleResult, Task, TaskScheduler
+from ..tasks import ScheduleResult, Task, TaskScheduler, concurrent_rounds
 from ..te.build import Kernel, build, reference_outputs
 from ..te.dtype import TEError
 from ..te.schedule import Schedule
@@ -395,7 +395,9 @@ def autoschedule_many(problems: Sequence[Any], weights: Sequence[float] | None =
     task scheduler (`policy` "gradient" or "round-robin") to minimise the weighted sum of
     their latencies (`weights`: how often each runs; default 1). `executor="ray"`: every
     round's candidates are built and measured on a Ray cluster's nodes of this CPU, one
-    executor (and one set of measuring actors) shared by all the tasks."""
+    executor (and one set of measuring actors) shared by all the tasks; when one round
+    holds fewer candidates than the cluster measures at once, several tasks' rounds run
+    at once (`tasks.concurrent_rounds`)."""
     _check_target(target)
     if not problems:
         raise ValueError("autoschedule_many needs at least one computation")
@@ -445,8 +447,10 @@ def _schedule_many(parsed: list[Problem], weights: list[float], budget: Budget |
                                  f"{len(sessions)} computations to tune once")
             # the warm-up gives every task one round: a round must not take another task's share
             trials_per_round = min(trials_per_round, shared.trials // len(sessions))
+        at_once = 1 if runs_on.name == "local" else \
+            concurrent_rounds(runs_on.parallelism(None, tgt), trials_per_round, len(tasks))
         allocation = TaskScheduler(tasks, budget=shared, policy=policy, trials_per_round=trials_per_round,
-                                   seed=seed).run()
+                                   seed=seed, concurrency=at_once).run()
     return allocation
 
 

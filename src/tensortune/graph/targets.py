@@ -78,6 +78,11 @@ class CpuTarget:
             self._runs_on = make_executor(self.executor, self.ray_address)
         return CpuSearch(kernel, db, seed, self.jobs, self.timer, budget_hint, self._runs_on)
 
+    def rounds_at_once(self, trials_per_round: int, tasks: int) -> int:
+        """Tasks whose rounds run at once: one here; on a cluster, enough to keep it busy."""
+        from ..db import Target
+        return _rounds_at_once(self._runs_on, Target.cpu(), trials_per_round, tasks)
+
     def close(self) -> None:
         if self._runs_on is not None and (self.executor is None or isinstance(self.executor, str)):
             self._runs_on.close()
@@ -167,6 +172,12 @@ class CudaTarget:
 
     def search(self, kernel: KernelGraph, *, db: Any, seed: int, budget_hint: int | None) -> "CudaTaskSearch":
         return CudaTaskSearch(self, kernel, db, seed, budget_hint)
+
+    def rounds_at_once(self, trials_per_round: int, tasks: int) -> int:
+        """Tasks whose rounds run at once: one here; on a cluster, enough to keep it busy."""
+        from ..backends.triton.kernel import interpreting
+        from ..backends.triton.tune import cuda_target
+        return _rounds_at_once(self._runs_on, cuda_target(interpreting()), trials_per_round, tasks)
 
     def remote(self) -> Any:
         """The executor of a cluster (one set of actors for all the kernels), or None: here."""
@@ -270,6 +281,13 @@ class CudaTaskSearch:
             self._search.close()  # its own runner
         elif self._search._builder is not None:
             self._search._builder.close()
+
+
+def _rounds_at_once(executor: Any, target: Any, trials_per_round: int, tasks: int) -> int:
+    if executor is None or getattr(executor, "name", "local") == "local":
+        return 1
+    from ..tasks import concurrent_rounds
+    return concurrent_rounds(executor.parallelism(None, target), trials_per_round, tasks)
 
 
 def _storage(dtype: str, half: str) -> str:
