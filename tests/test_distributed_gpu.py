@@ -173,6 +173,7 @@ def test_triton_cache_entries_travel_to_another_cache_and_are_hits_there(tmp_pat
     (group,) = folder.glob("__grp__*")
     assert all(p.startswith(str(folder)) for p in json.loads(group.read_text())["child_paths"].values())
     before = {f.name: f.stat().st_ino for f in folder.iterdir()}
+    assert entries.install(there) == 0  # there whole already: nothing written again
     (again,) = precompile(kernel_reference(scale_kernel), [{"BLOCK": 64, "num_warps": 2}], args,
                           target=("cuda", 90, 32), jobs=1, env={"TRITON_CACHE_DIR": str(there)})
     assert again.ok and again.artifact.kernel_hash == built.artifact.kernel_hash

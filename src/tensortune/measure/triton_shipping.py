@@ -71,14 +71,19 @@ class CacheEntries:
 
     def install(self, cache_dir: str | os.PathLike[str] | None = None) -> int:
         """Write the entries into this node's cache (group files last, pointing at the files
-        written here); returns how many files were written. A damaged file is an error."""
+        written here), unless an entry is there whole; returns how many files were written.
+        A damaged file is an error."""
         if not self.files:
             return 0
         root = Path(cache_dir) if cache_dir is not None else triton_cache_dir()
         groups = []
+        written = 0
         for h, name, data, digest in self.files:
             if hashlib.sha256(data).hexdigest() != digest:
                 raise ValueError(f"Triton cache file {h}/{name} arrived damaged (its digest does not match)")
+            if all((root / h / n).exists() for f, n, _, _ in self.files if f == h):
+                continue  # compiled on this node already (its build task ran here)
+            written += 1
             if name.startswith(GROUP_PREFIX):
                 groups.append((h, name, data))
             else:
@@ -87,7 +92,7 @@ class CacheEntries:
             children = json.loads(data).get("child_paths", {})
             local = {child: str(root / h / Path(path).name) for child, path in children.items()}
             _write(root / h / name, json.dumps({"child_paths": local}).encode())
-        return len(self.files)
+        return written
 
 
 def _write(path: Path, data: bytes) -> None:
