@@ -212,3 +212,34 @@ def test_a_whole_model_for_the_gpu_tunes_its_kernels_on_ray_in_concurrent_rounds
     (schedule,) = schedules
     waves = [[r.task for r in schedule.rounds if r.wave == w] for w in {r.wave for r in schedule.rounds}]
     assert max(len(w) for w in waves) >= 2, schedule.rounds  # several kernels' rounds at once
+
+
+TINY_MODEL = """
+import torch
+
+def make():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+"""
+
+
+@pytest.mark.slow
+def test_model_tune_for_cuda_on_ray_from_the_command_line(tmp_path, ray_cluster):
+    """`tensortune model tune --target cuda --executor ray`: the model's kernels are
+    measured on the cluster (by actors of the interpreter's target) and checked here."""
+    import json
+
+    from click.testing import CliRunner
+
+    from tensortune.cli.main import cli
+
+    (tmp_path / "tiny_gpu_model.py").write_text(TINY_MODEL)
+    db = tmp_path / "m.db"
+    out = CliRunner().invoke(cli, ["--db", str(db), "model", "tune", f"{tmp_path / 'tiny_gpu_model.py'}:make",
+                                   "--input", "4x8", "--target", "cuda", "--budget", "4", "--executor", "ray",
+                                   "--ray-address", ray_cluster.address, "--json"])
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.output[out.output.index("{"):])
+    assert report["graphs"][0]["tasks"] and not report["graphs"][0]["fallbacks"]
+    records = [r for r in Database(db).all_records() if r.extra.get("stage") != "build"]
+    assert records and all(r.extra.get("ray_node") for r in records if r.strategy != "confirm")
