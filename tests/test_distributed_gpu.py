@@ -243,3 +243,25 @@ def test_model_tune_for_cuda_on_ray_from_the_command_line(tmp_path, ray_cluster)
     assert report["graphs"][0]["tasks"] and not report["graphs"][0]["fallbacks"]
     records = [r for r in Database(db).all_records() if r.extra.get("stage") != "build"]
     assert records and all(r.extra.get("ray_node") for r in records if r.strategy != "confirm")
+
+
+def test_kernels_tuned_on_one_cluster_share_its_executor_and_bad_options_are_named():
+    from tensortune.frontends.triton.kernel import _named_executor
+
+    assert _named_executor("ray", "127.0.0.1:1") is _named_executor("ray", "127.0.0.1:1")  # joins lazily
+    with pytest.raises(ValueError, match="executor must be 'local', 'ray' or an Executor"):
+        tt.autotune(configs=[triton.Config({"BLOCK_M": 16})], key=["M"], executor="dask")
+    with pytest.raises(ValueError, match="ray_address= needs executor='ray'"):
+        tt.autotune(configs=[triton.Config({"BLOCK_M": 16})], key=["M"], ray_address="127.0.0.1:1")
+    with pytest.raises(ValueError, match="isolate=False cannot measure on a Ray cluster"):
+        tt.autotune(configs=[triton.Config({"BLOCK_M": 16})], key=["M"], executor="ray", isolate=False)
+
+
+def test_a_launch_that_cannot_be_isolated_is_refused_for_ray_with_the_reason(tmp_path):
+    """A Python pre_hook runs around each launch in this process: it cannot run on a node."""
+    configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": 16, "BLOCK_K": 16}) for m in (16, 32)]
+    k = tt.autotune(configs=configs, key=["M"], pre_hook=lambda args, reset_only=False: None,
+                    settings=tt.Settings(db_path=tmp_path / "t.db", progress=False),
+                    executor=RayExecutor("127.0.0.1:1"))(matmul_kernel)
+    with pytest.raises(ValueError, match="measures in isolated workers on the cluster's nodes, but pre_hook"):
+        k[matmul_grid(20, 24)](*matmul_args(20, 24, 40))

@@ -124,7 +124,7 @@ class AutotunedKernel(KernelInterface):
         self.bench_time: float | None = None  # seconds the latest key's tuning took
         self.make_inputs: Callable[..., Any] | None = None
         self.log: list[Decision] = []  # one entry per launch signature first seen (the slow path)
-        self._executor: Any = None  # the Ray executor opened for `executor="ray"`, kept for every key
+        self._executor: Any = None  # the executor opened for `executor="ray"` (shared by the process's kernels)
         _KERNELS.add(self)
 
     def inputs(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -327,18 +327,15 @@ class AutotunedKernel(KernelInterface):
 
     def executor(self) -> Any:
         """Where candidates are measured: None (here), or the executor of `executor=`; one
-        named "ray" is opened on the first tuning and kept for the kernel's next keys."""
+        named "ray" is opened on the first tuning and kept for the process (every kernel
+        tuned on the same cluster shares it, and so its measuring actors)."""
         o = self.options
         if o.executor in (None, "local"):
             return None
         if not isinstance(o.executor, str):
             return o.executor
         if self._executor is None:
-            import atexit
-
-            from ...measure import make_executor
-            self._executor = make_executor(o.executor, o.ray_address)
-            atexit.register(self._executor.close)
+            self._executor = _named_executor(o.executor, o.ray_address)
         return self._executor
 
     def _strategy(self, strategy: Any, key: TuningKey, workload: Workload, space: Space, budget: Any) -> Any:
@@ -489,6 +486,23 @@ class AutotunedKernel(KernelInterface):
 
     def __repr__(self) -> str:
         return f"AutotunedKernel({self.name}, key={self.keys})"
+
+
+_EXECUTORS: dict[tuple[str, str | None], Any] = {}
+_EXECUTORS_LOCK = threading.Lock()
+
+
+def _named_executor(name: str, address: str | None) -> Any:
+    """The process's executor of this name and cluster (opened once, closed at exit)."""
+    with _EXECUTORS_LOCK:
+        if (name, address) not in _EXECUTORS:
+            import atexit
+
+            from ...measure import make_executor
+            executor = make_executor(name, address)
+            atexit.register(executor.close)
+            _EXECUTORS[(name, address)] = executor
+        return _EXECUTORS[(name, address)]
 
 
 def _close_all(parts: list[Any]) -> None:
