@@ -265,3 +265,32 @@ def test_a_launch_that_cannot_be_isolated_is_refused_for_ray_with_the_reason(tmp
                     executor=RayExecutor("127.0.0.1:1"))(matmul_kernel)
     with pytest.raises(ValueError, match="measures in isolated workers on the cluster's nodes, but pre_hook"):
         k[matmul_grid(20, 24)](*matmul_args(20, 24, 40))
+
+
+def test_an_actor_past_its_kept_runners_hands_a_gpu_worker_to_the_next_task(monkeypatch):
+    """An actor keeps a few runners; the next task's runner adopts the least recently used
+    one's worker (no new process, no new CUDA context), and measures its own task."""
+    from tensortune.distributed import actor as actor_module
+    from tensortune.measure import BuildResult
+    from tensortune.measure.gpu import GpuRunner, GpuTask, TensorArg
+    from tensortune.space import Config
+
+    monkeypatch.setattr(actor_module, "KEPT_RUNNERS", 1)
+    timer = CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
+
+    def task(n):
+        return GpuTask("tensortune.measure.gpu.fakes:launch", (TensorArg((n,)), TensorArg((n,), output=True)),
+                       reference="tensortune.measure.gpu.fakes:reference", device="cpu", timer=timer)
+
+    first, second = GpuRunner(task(64), timeout=60), GpuRunner(task(128), timeout=60)
+    measurer = actor_module.MeasureActor(interpreter_target(), 0)
+    try:
+        (a,) = measurer.measure("a", [first.remote_runner()], BuildResult(Config(fault="none")))
+        worker = measurer.runners["a"][0]
+        pid = worker._slots[0].worker._proc.pid
+        (b,) = measurer.measure("b", [second.remote_runner()], BuildResult(Config(fault="wrong")))
+        assert list(measurer.runners) == ["b"] and measurer.runners["b"][0] is worker
+        assert worker.task.args[0].shape == (128,) and worker._slots[0].worker._proc.pid == pid
+        assert a.ok and b.error is ErrorKind.WRONG_RESULT  # checked against its own task's reference
+    finally:
+        measurer.shutdown()

@@ -1,8 +1,10 @@
 """What runs on the Ray nodes: build tasks and measuring actors.
 
 A `MeasureActor` owns one measurement slot of its node (a GPU, or a CPU socket) and the
-runners measuring there, each with its isolated worker; it measures one candidate per
-call, so a lost actor loses at most the calls sent to it. It checks on start that its
+runners measuring there, each with its isolated worker (up to `KEPT_RUNNERS`; past that,
+the least recently used is closed, or its worker takes the new task where the recipe can
+`adopt` it); it measures one candidate per call, so a lost actor loses at most the calls
+sent to it. It checks on start that its
 node is the target it was placed for (a mislabelled node would record another machine's
 times under this one's name).
 
@@ -87,10 +89,13 @@ class MeasureActor:
             if not isinstance(recipe, RemoteRunner):  # an object reference: fetched once per actor
                 import ray
                 recipe = ray.get(recipe)
-            self.runners[key] = (recipe.make(self.index), recipe)
-            while len(self.runners) > KEPT_RUNNERS:
+            runner = None
+            if len(self.runners) >= KEPT_RUNNERS:  # the least recently used goes; its worker may stay
                 _, (old, _) = self.runners.popitem(last=False)
-                _close(old)
+                runner = recipe.adopt(old) if recipe.adopt is not None else None
+                if runner is None:
+                    _close(old)
+            self.runners[key] = (runner if runner is not None else recipe.make(self.index), recipe)
         self.runners.move_to_end(key)
         return self.runners[key]
 

@@ -298,7 +298,8 @@ class GpuRunner:
 
         make = functools.partial(_actor_runner, self.task, self.timeout, self.startup_timeout, self.env,
                                  self.cutoff_factor)
-        return RemoteRunner(make, unpack=arrive, timeout=4 * self.timeout + self.startup_timeout + 120)
+        return RemoteRunner(make, unpack=arrive, timeout=4 * self.timeout + self.startup_timeout + 120,
+                            adopt=functools.partial(_adopted, self.task))
 
     # -- lifetime ------------------------------------------------------------------------
     def set_task(self, task: GpuTask) -> None:
@@ -336,6 +337,15 @@ class GpuRunner:
 def _actor_runner(task: GpuTask, timeout: float, startup_timeout: float, env: Mapping[str, str],
                   cutoff_factor: float | None, index: int) -> GpuRunner:
     return GpuRunner(task, timeout=timeout, startup_timeout=startup_timeout, env=env, cutoff_factor=cutoff_factor)
+
+
+def _adopted(task: GpuTask, old: Any) -> GpuRunner | None:
+    """An actor's runner of another task, given this one (its worker, with its CUDA
+    context, kept), or None when it is not a GpuRunner."""
+    if not isinstance(old, GpuRunner):
+        return None
+    old.set_task(task)
+    return old
 
 
 def _binary_digest(build: BuildResult) -> str:
