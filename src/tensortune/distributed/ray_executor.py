@@ -210,6 +210,7 @@ class RayExecutor:
                         slot.inflight += 1
                         calls[ref] = (slot, b, time.monotonic() + recipe_run.timeout)
                     hopeless = bool(ready) and not calls and pool.hopeless()
+                    starting = list(pool.pending)
                 if hopeless:
                     while ready:
                         b = ready.popleft()
@@ -219,7 +220,7 @@ class RayExecutor:
                                                    environment="no Ray node of the target",
                                                    compile_seconds=b.compile_seconds)
                     continue
-                waiting = list(builds) + list(calls) + list(pool.pending)
+                waiting = list(builds) + list(calls) + starting
                 deadlines = [d for _, d in builds.values()] + [d for _, _, d in calls.values()]
                 timeout = REFRESH_SECONDS if not deadlines else \
                     min(REFRESH_SECONDS, max(0.0, min(deadlines) - time.monotonic()))
