@@ -145,38 +145,49 @@ def test_a_node_killed_while_it_measures_triton_candidates_loses_nothing(tmp_pat
     assert len({r.config for r in seen if r.ok}) == len(configs)  # nothing lost: every candidate measured
 
 
-def test_triton_cache_entries_travel_to_another_cache_and_are_hits_there(tmp_path, monkeypatch):
-    """A candidate compiled for sm_90 (no GPU needed) in one Triton cache, packed, installed
-    in another: compiling it again there finds it (the files are not written again), and
-    the group file points at the files of the new cache."""
+def test_a_triton_build_task_compiles_for_sm90_and_its_cache_entries_are_hits_elsewhere(tmp_path, monkeypatch):
+    """The build recipe of `@tensortune.autotune` (what a Ray build task runs), in a fresh
+    process without a GPU: it compiles for sm_90 and packs the Triton cache entry. Installed
+    in another cache (`arrive`, on the measuring node), compiling the same candidate there
+    finds it (no file is written again), and the group file points at the new cache."""
     import json
 
     from test_gpu_measure_triton import N, scale_kernel
 
+    from tensortune.frontends.triton.isolated import parallel_builder
+    from tensortune.measure import IsolatedWorker
     from tensortune.measure.gpu import TensorArg
     from tensortune.measure.triton_compile import kernel_reference, precompile
     from tensortune.measure.triton_shipping import CacheEntries, TravellingBinary, arrive
+    from tensortune.space import Config
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     here, there = tmp_path / "here", tmp_path / "there"
-    args = [TensorArg((N,)), TensorArg((N,), output=True), N, 1.5]
-    (built,) = precompile(kernel_reference(scale_kernel), [{"BLOCK": 64, "num_warps": 2}], args,
-                          target=("cuda", 90, 32), jobs=1, env={"TRITON_CACHE_DIR": str(here)})
+    x = torch.randn(N)
+    builder = parallel_builder(scale_kernel, (x, torch.empty_like(x), N, 1.5), {}, jobs=1, stream=True,
+                               target=("cuda", 90, 32))
+    recipe = builder.remote_build()
+    assert recipe.native  # built on a node of the target
+    with IsolatedWorker(timeout=300, env={"TRITON_CACHE_DIR": str(here)}) as worker:
+        built = worker.call(recipe.build, Config(BLOCK=64, num_warps=2))
     assert built.ok, built.message
-    entries = CacheEntries.pack([built.artifact.kernel_hash], here)
-    assert entries.files and any(name.endswith(".cubin") for _, name, _, _ in entries.files)
+    travelled = built.artifact
+    assert isinstance(travelled, TravellingBinary) and travelled.binary.binary_digest
+    entries = travelled.entries
+    assert any(name.endswith(".cubin") for _, name, _, _ in entries.files)
     module = tmp_path / "gen" / "k.py"
-    travelled = TravellingBinary(built.artifact, entries, str(module), "X = 1\n")
+    with_module = TravellingBinary(travelled.binary, entries, str(module), "X = 1\n")
     monkeypatch.setenv("TRITON_CACHE_DIR", str(there))
-    assert arrive(travelled) == built.artifact and module.read_text() == "X = 1\n"
+    assert arrive(with_module) == travelled.binary and module.read_text() == "X = 1\n"
     folder = there / entries.files[0][0]
     (group,) = folder.glob("__grp__*")
     assert all(p.startswith(str(folder)) for p in json.loads(group.read_text())["child_paths"].values())
     before = {f.name: f.stat().st_ino for f in folder.iterdir()}
     assert entries.install(there) == 0  # there whole already: nothing written again
+    args = [TensorArg((N,)), TensorArg((N,)), N, 1.5]
     (again,) = precompile(kernel_reference(scale_kernel), [{"BLOCK": 64, "num_warps": 2}], args,
                           target=("cuda", 90, 32), jobs=1, env={"TRITON_CACHE_DIR": str(there)})
-    assert again.ok and again.artifact.kernel_hash == built.artifact.kernel_hash
+    assert again.ok and again.artifact.kernel_hash == travelled.binary.kernel_hash
     assert {f.name: f.stat().st_ino for f in folder.iterdir()} == before  # a cache hit: nothing rewritten
     damaged = CacheEntries(tuple((h, n, d + b"!", s) for h, n, d, s in entries.files))
     with pytest.raises(ValueError, match="arrived damaged"):
