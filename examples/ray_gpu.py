@@ -15,6 +15,7 @@ is told the node has one GPU; the times mean nothing).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     from tensortune.frontends.triton.target import current_target
 
     interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    if importlib.util.find_spec("xgboost") is None:
+        raise SystemExit("the model's kernels are searched with the XGBoost cost model: pip install xgboost-cpu")
     if not interpret and not torch.cuda.is_available():
         raise SystemExit("no GPU here: run with TRITON_INTERPRET=1 to try the path in Triton's interpreter")
     device = "cpu" if interpret else "cuda"
