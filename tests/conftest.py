@@ -67,10 +67,17 @@ def store(request, tmp_path):
 def ray_cluster():
     """One Ray cluster for the whole session (starting one takes tens of seconds): a head
     and two worker nodes of 2 CPUs each, separate processes on loopback. The nodes import
-    the tests' modules (a reference function travels by name). Needs the `ray` extra: a
-    missing Ray fails the tests that use it."""
+    the tests' modules (a reference function travels by name). Each worker node also
+    offers one GPU to Ray and serves Triton's interpreter as a target, so that GPU
+    frontends run their Ray path (actors that own a GPU) under TRITON_INTERPRET=1. Needs
+    the `ray` extra: a missing Ray fails the tests that use it."""
     from tensortune.distributed.local_cluster import LocalCluster
-    with LocalCluster(workers=2, cpus_per_worker=2, python_path=(os.path.dirname(os.path.abspath(__file__)),)) as c:
+    extra = ()
+    if importlib.util.find_spec("triton") is not None and os.environ.get("TRITON_INTERPRET", "0") != "0":
+        from tensortune.frontends.triton.target import interpreter_target
+        extra = (interpreter_target(),)
+    with LocalCluster(workers=2, cpus_per_worker=2, python_path=(os.path.dirname(os.path.abspath(__file__)),),
+                      gpus_per_worker=1 if extra else 0, extra_targets=extra) as c:
         yield c
 
 

@@ -287,7 +287,8 @@ def test_a_driver_killed_mid_run_resumes_from_the_store(tmp_path, cluster, ray_e
 
 @pytest.mark.slow
 def test_the_task_scheduler_tunes_te_kernels_on_ray(cluster, ray_executor, tmp_path):
-    """autoschedule_many: every round of the task scheduler goes through the Ray executor;
+    """autoschedule_many: every round of the task scheduler goes through the Ray executor,
+    two kernels' rounds at once (one round of 4 candidates is less than the cluster's 8);
     each kernel comes back verified, and its records name the nodes that measured them."""
     from tensortune import te
     from tensortune.te import workloads
@@ -302,6 +303,7 @@ def test_the_task_scheduler_tunes_te_kernels_on_ray(cluster, ray_executor, tmp_p
         records = db.records(kernel.workload, Target.cpu())
         assert records and all(r.extra.get("ray_node") for r in records if r.extra.get("stage") != "build")
     assert many.allocation.total_trials == 8
+    assert [r.wave for r in many.allocation.rounds] == [0, 0]  # both warm-up rounds at once
 
 
 @pytest.mark.slow

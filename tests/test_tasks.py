@@ -9,7 +9,7 @@ import pytest
 from tensortune.db import Database, Target, Workload
 from tensortune.measure import CallableRunner, ErrorKind, MeasureResult, Timer
 from tensortune.space import Config, Space
-from tensortune.tasks import Task, TaskScheduler, TunerTask
+from tensortune.tasks import Task, TaskScheduler, TunerTask, concurrent_rounds
 from tensortune.tuner import Tuner
 
 
@@ -149,3 +149,51 @@ def test_a_task_with_no_result_yet_does_not_blind_the_others_gradients():
     s.run()
     assert s.gradient(2) == pytest.approx(20 * s.gradient(1) * s.best_costs[2] / s.best_costs[1], rel=0.05)
     assert s.gradient(2) < 0
+
+
+def test_concurrent_rounds_fill_the_executor_and_never_exceed_the_tasks():
+    assert concurrent_rounds(parallelism=40, trials_per_round=8, tasks=3) == 3
+    assert concurrent_rounds(parallelism=16, trials_per_round=8, tasks=3) == 2
+    assert concurrent_rounds(parallelism=4, trials_per_round=8, tasks=3) == 1
+
+
+def test_rounds_of_several_tasks_run_at_once_and_share_the_budget():
+    """With concurrency 2, the two tasks of each wave tune at the same time: each round
+    waits at a barrier that only both together pass (one at a time would break it)."""
+    import threading
+
+    together = threading.Barrier(2, timeout=30)
+    calls = []
+
+    def curve(name, scale):
+        state = {"n": 0}
+
+        def tune(n):
+            together.wait()
+            calls.append((name, n))
+            out = [MeasureResult(Config(i=state["n"] + k), (scale / (state["n"] + k + 1),)) for k in range(n)]
+            state["n"] += n
+            return out
+        return tune
+
+    tasks = [Task("a", curve("a", 1.0)), Task("b", curve("b", 2.0))]
+    result = TaskScheduler(tasks, budget=24, trials_per_round=4, concurrency=2, policy="round-robin").run()
+    assert result.total_trials == 24 and result.trials == {"a": 12, "b": 12}
+    waves = {}
+    for r in result.rounds:
+        waves.setdefault(r.wave, []).append(r.task)
+    assert all(sorted(tasks_of_wave) == ["a", "b"] for tasks_of_wave in waves.values()) and len(waves) == 3
+
+
+def test_a_wave_is_never_larger_than_the_trials_left():
+    seen = []
+
+    def tune(n):
+        seen.append(n)
+        return [MeasureResult(Config(i=len(seen) * 10 + k), (1.0,)) for k in range(n)]
+
+    tasks = [Task(str(k), tune) for k in range(3)]
+    result = TaskScheduler(tasks, budget=2, trials_per_round=4, concurrency=3).run()
+    assert result.total_trials == 2 and seen == [1, 1]
+    with pytest.raises(ValueError, match="concurrency must be at least 1"):
+        TaskScheduler(tasks, concurrency=0)

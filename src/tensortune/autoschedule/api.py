@@ -32,7 +32,7 @@ import numpy as np
 from ..db import Database, Record, Target, Workload
 from ..measure import Executor, LocalExecutor, MeasureResult, Timer, check_close, make_executor
 from ..space import Config, Space
-from ..tasks import ScheduleResult, Task, TaskScheduler
+from ..tasks import ScheduleResult, Task, TaskScheduler, concurrent_rounds
 from ..te.build import Kernel, build, reference_outputs
 from ..te.dtype import TEError
 from ..te.schedule import Schedule
@@ -322,14 +322,13 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
     `jobs`: compile processes (default 2 on the CPU, one per core for CUDA).
     `target="cuda"` hands the graph to the GPU auto-scheduler (`backends.triton`), with
     `strategy`, `jobs`, `timer`, `confirm` (> 1: re-time finalists) and `gpu_options` passed on.
-    `executor="ray"` (CPU target): candidates are compiled and measured on a Ray cluster's
-    nodes of this CPU (`ray_address`, docs/distributed.md); the finalists are re-timed here.
+    `executor="ray"`: candidates are compiled and measured on a Ray cluster's nodes of the
+    target (this CPU, or this GPU: one actor per GPU; `ray_address`, docs/distributed.md);
+    the finalists are re-timed here.
     """
     if target in GPU_TARGETS:
         if args is not None or name is not None or retry_failed:
             raise TEError("args=, name= and retry_failed= apply to target='cpu' only")
-        if executor not in (None, "local") or ray_address is not None:
-            raise TEError("executor='ray' applies to target='cpu' only (the GPU auto-scheduler measures locally)")
         from ..extras import needs_extra
         with needs_extra(f"te.autoschedule(target={target!r})", extra="triton"):
             import torch  # noqa: F401  (both are needed; say so before any work)
@@ -337,7 +336,8 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
             from ..backends.triton import autoschedule_cuda
         return autoschedule_cuda(outputs_or_function, budget=64 if budget is None else budget, db=db, seed=seed,
                                  strategy=strategy, jobs=jobs, timer=timer, confirm=confirm > 1, retune=retune,
-                                 progress=_progress(progress), **gpu_options)
+                                 progress=_progress(progress), executor=executor, ray_address=ray_address,
+                                 **gpu_options)
     if gpu_options:
         raise TEError(f"unknown option(s) {sorted(gpu_options)} for target {target!r}")
     _check_target(target)
@@ -395,7 +395,9 @@ def autoschedule_many(problems: Sequence[Any], weights: Sequence[float] | None =
     task scheduler (`policy` "gradient" or "round-robin") to minimise the weighted sum of
     their latencies (`weights`: how often each runs; default 1). `executor="ray"`: every
     round's candidates are built and measured on a Ray cluster's nodes of this CPU, one
-    executor (and one set of measuring actors) shared by all the tasks."""
+    executor (and one set of measuring actors) shared by all the tasks; when one round
+    holds fewer candidates than the cluster measures at once, several tasks' rounds run
+    at once (`tasks.concurrent_rounds`)."""
     _check_target(target)
     if not problems:
         raise ValueError("autoschedule_many needs at least one computation")
@@ -445,8 +447,10 @@ def _schedule_many(parsed: list[Problem], weights: list[float], budget: Budget |
                                  f"{len(sessions)} computations to tune once")
             # the warm-up gives every task one round: a round must not take another task's share
             trials_per_round = min(trials_per_round, shared.trials // len(sessions))
+        at_once = 1 if runs_on.name == "local" else \
+            concurrent_rounds(runs_on.parallelism(None, tgt), trials_per_round, len(tasks))
         allocation = TaskScheduler(tasks, budget=shared, policy=policy, trials_per_round=trials_per_round,
-                                   seed=seed).run()
+                                   seed=seed, concurrency=at_once).run()
     return allocation
 
 

@@ -12,6 +12,7 @@ user's machine measure nothing.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
@@ -88,8 +89,9 @@ def model_tune(ctx: click.Context, factory: str, inputs: tuple[str, ...], target
     from ..graph import compile as compile_model
 
     device = target or ("cuda" if torch.cuda.is_available() else "cpu")
-    if executor == "ray" and device != "cpu":
-        raise click.ClickException("--executor ray applies to --target cpu only (GPU kernels are measured locally)")
+    # the GPU target under Triton's interpreter (TRITON_INTERPRET=1) runs on CPU tensors
+    tensors_on = "cpu" if device in ("cuda", "gpu") and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") \
+        else device
     try:
         specs = [parse_input(text) for text in inputs]
         make = load_object(factory)
@@ -102,9 +104,9 @@ def model_tune(ctx: click.Context, factory: str, inputs: tuple[str, ...], target
         if examples is None:
             if not specs:
                 raise ValueError("FACTORY returned a model alone: describe its inputs with --input")
-            examples = [make_input(spec, device) for spec in specs]
-        model = model.to(device).eval()
-        examples = [x.to(device) if isinstance(x, torch.Tensor) else x for x in examples]
+            examples = [make_input(spec, tensors_on) for spec in specs]
+        model = model.to(tensors_on).eval()
+        examples = [x.to(tensors_on) if isinstance(x, torch.Tensor) else x for x in examples]
     except (ValueError, ImportError, AttributeError, FileNotFoundError, TypeError) as exc:
         raise click.ClickException(str(exc)) from exc
     db = str(resolve_db_path(db_path or (ctx.obj or {}).get("db_path")))

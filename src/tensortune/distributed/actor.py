@@ -1,8 +1,10 @@
 """What runs on the Ray nodes: build tasks and measuring actors.
 
 A `MeasureActor` owns one measurement slot of its node (a GPU, or a CPU socket) and the
-runners measuring there, each with its isolated worker; it measures one candidate per
-call, so a lost actor loses at most the calls sent to it. It checks on start that its
+runners measuring there, each with its isolated worker (up to `KEPT_RUNNERS`; past that,
+the least recently used is closed, or its worker takes the new task where the recipe can
+`adopt` it); it measures one candidate per call, so a lost actor loses at most the calls
+sent to it. It checks on start that its
 node is the target it was placed for (a mislabelled node would record another machine's
 times under this one's name).
 
@@ -39,8 +41,23 @@ def run_build(build: Callable[[Config], BuildResult], config: Config) -> BuildRe
 
 
 def node_target(kind: str) -> Target | None:
-    """This node's target of `kind`, where it can be told here (the CPU's)."""
-    return Target.cpu() if kind == "cpu" else None
+    """This node's target of `kind`, where it can be told here: the CPU's; the GPU's that
+    Ray gave this actor (the first of its CUDA_VISIBLE_DEVICES); Triton's interpreter."""
+    if kind == "cpu":
+        return Target.cpu()
+    if kind in ("cuda", "rocm"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise TargetMismatch(f"node {socket.gethostname()} advertises a {kind} target, but this actor sees no "
+                                 f"GPU (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); start the "
+                                 "node with --num-gpus and `tensortune cluster resources --gpu`")
+        from ..frontends.triton.target import gpu_target
+        return gpu_target(0)
+    if kind == "triton-interpreter":
+        from ..frontends.triton.target import interpreter_target
+        return interpreter_target()
+    return None
 
 
 class MeasureActor:
@@ -58,7 +75,13 @@ class MeasureActor:
         self.runners: OrderedDict[str, tuple[Any, RemoteRunner]] = OrderedDict()
 
     def ready(self) -> dict[str, Any]:
-        return {"index": self.index, "host": socket.gethostname(), "pid": os.getpid(), "node": self.node}
+        return {"index": self.index, "host": socket.gethostname(), "pid": os.getpid(), "node": self.node,
+                "gpus": self.gpus}
+
+    @property
+    def gpus(self) -> str:
+        """The GPUs Ray gave this actor, as its CUDA_VISIBLE_DEVICES says ("" for none)."""
+        return os.environ.get("CUDA_VISIBLE_DEVICES", "") if _ray_gpu_ids() else ""
 
     def _runner(self, key: str, recipe_box: list[Any]) -> tuple[Any, RemoteRunner]:
         if key not in self.runners:
@@ -66,10 +89,13 @@ class MeasureActor:
             if not isinstance(recipe, RemoteRunner):  # an object reference: fetched once per actor
                 import ray
                 recipe = ray.get(recipe)
-            self.runners[key] = (recipe.make(self.index), recipe)
-            while len(self.runners) > KEPT_RUNNERS:
+            runner = None
+            if len(self.runners) >= KEPT_RUNNERS:  # the least recently used goes; its worker may stay
                 _, (old, _) = self.runners.popitem(last=False)
-                _close(old)
+                runner = recipe.adopt(old) if recipe.adopt is not None else None
+                if runner is None:
+                    _close(old)
+            self.runners[key] = (runner if runner is not None else recipe.make(self.index), recipe)
         self.runners.move_to_end(key)
         return self.runners[key]
 
@@ -85,8 +111,10 @@ class MeasureActor:
                                              environment="artifact transfer failed",
                                              compile_seconds=build.compile_seconds)]
         results = list(runner.run([build]))
-        return [dataclasses.replace(r, extra={**r.extra, "ray_node": self.node, "ray_actor": self.index})
-                for r in results]
+        where: dict[str, Any] = {"ray_node": self.node, "ray_actor": self.index}
+        if self.gpus:
+            where["ray_gpus"] = self.gpus
+        return [dataclasses.replace(r, extra={**r.extra, **where}) for r in results]
 
     def late(self, key: str) -> list[MeasureResult]:
         if key not in self.runners:
@@ -112,6 +140,15 @@ def _node_id() -> str:
         return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
     except ImportError:
         return ""
+
+
+def _ray_gpu_ids() -> list[Any]:
+    """The GPU ids Ray assigned to this worker ([] outside Ray or without GPUs)."""
+    try:
+        import ray
+        return list(ray.get_gpu_ids()) if ray.is_initialized() else []
+    except (ImportError, RuntimeError):
+        return []
 
 
 def _close(runner: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +34,8 @@ class Slot:
 
 
 class ActorPool:
-    """The measuring actors of one target: kept as many as the cluster has slots."""
+    """The measuring actors of one target: kept as many as the cluster has slots.
+    Runs measuring through it at once (from threads) hold `lock` while they change it."""
 
     def __init__(self, ray: Any, actor_class: Any, target: Target, cpus: float, gpus: float,
                  wait_for_slots: float) -> None:
@@ -47,6 +49,7 @@ class ActorPool:
         self.last_refresh = -math.inf
         self.lost_since: float | None = None  # when the pool was last left without a ready actor
         self.lost_actors = 0
+        self.lock = threading.RLock()
 
     # ---- the actors -----------------------------------------------------------------------
     def capacity(self) -> int:

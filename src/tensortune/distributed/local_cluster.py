@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..db import Target
-from .resources import node_resources
+from .resources import merged_resources
 
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # per node: candidates and results are small
 FAST_FAILURE_DETECTION = {  # a lost node is noticed in about 3 s instead of about 30 s
@@ -72,15 +72,19 @@ class LocalCluster:
     `cpus_per_worker` CPUs and `slots` measurement slots of this machine's target.
     `python_path`: folders the nodes import from besides this tensortune (the module of a
     reference function, say). `gpus_per_worker`: GPUs each worker node offers (every node
-    sees all of this machine's GPUs; Ray hands them out)."""
+    sees all of this machine's GPUs; Ray hands them out). `extra_targets`: other targets
+    every worker node serves, with `slots` measurement slots each (a GPU's target, or
+    Triton's interpreter, next to the CPU's)."""
 
     def __init__(self, workers: int = 2, cpus_per_worker: int = 1, slots: int = 1, target: Target | None = None,
-                 start_timeout: float = 120.0, python_path: tuple[str, ...] = (), gpus_per_worker: int = 0) -> None:
+                 start_timeout: float = 120.0, python_path: tuple[str, ...] = (), gpus_per_worker: int = 0,
+                 extra_targets: tuple[Target, ...] = ()) -> None:
         self.workers_wanted = workers
         self.cpus_per_worker = cpus_per_worker
         self.gpus_per_worker = gpus_per_worker
         self.slots = slots
         self.target = target or Target.cpu()
+        self.extra_targets = tuple(extra_targets)
         self.start_timeout = start_timeout
         self.python_path = tuple(python_path)
         self.temp_dir = tempfile.mkdtemp(prefix="ttray-", dir="/tmp")  # short: Ray's socket paths have a limit
@@ -128,7 +132,7 @@ class LocalCluster:
         """Start one more worker node and wait until it has joined; returns its index
         (for `kill_worker`; its Ray node id is `node_ids[index]`)."""
         known = set(self.node_ids)
-        resources = node_resources(self.target, self.slots)
+        resources = merged_resources({t: self.slots for t in (self.target, *self.extra_targets)})
         node = self._spawn(["start", "--address", self.address, "--node-ip-address", "127.0.0.1",
                             "--num-cpus", str(self.cpus_per_worker), "--num-gpus", str(self.gpus_per_worker),
                             "--resources", json.dumps(resources), "--object-store-memory", str(OBJECT_STORE_BYTES),

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections import deque
@@ -34,7 +35,8 @@ from ..measure import BuildResult, ErrorKind, MeasureResult, failed_build
 from ..measure.executor import RemoteBuild, RemoteRunner, remote_build_of, remote_runner_of
 from ..space import Config
 from .actor_pool import REFRESH_SECONDS, ActorPool, Slot
-from .resources import describe, measure_resource, node_resources, nodes_of, start_hint, target_resource
+from .resources import (describe, local_targets, measure_resource, measures_on_gpu, merged_resources, nodes_of,
+                        start_hint, target_resource)
 
 RAY_HINT = "executor='ray' needs Ray: pip install 'tensortune[ray]'"
 BUILD_RETRIES = 2  # times Ray runs a build again whose worker or node died
@@ -69,17 +71,22 @@ class RayExecutor:
     """Builds on Ray tasks and measures on Ray actors of the target (`Executor`).
 
     `address`: the cluster ("auto": the one this machine belongs to; "local": start Ray in
-    this process with this machine's target; None: `RAY_ADDRESS`, else "auto").
+    this process with this machine's targets: its CPU, its GPUs, and Triton's interpreter
+    under TRITON_INTERPRET=1; None: `RAY_ADDRESS`, else "auto").
     `measure_cpus`/`measure_gpus`: what each measuring actor holds (1 CPU by default, so
-    that builds never share its core; `measure_gpus=1` for GPU kernels). `build_cpus`: per
-    build task. `depth`: candidates queued on an actor at once (2 hides the round trip).
+    that builds never share its core); `measure_gpus` defaults to 1 for a GPU target (an
+    actor owns one GPU: Ray sets its CUDA_VISIBLE_DEVICES) and 0 otherwise. `build_cpus`:
+    per build task. `depth`: candidates queued on an actor at once (2 hides the round trip).
     `wait_for_slots`: seconds a run waits for a measuring actor before the candidates
     waiting for one are given back as the environment's failures.
+
+    Several tuners may measure through one executor at once, from threads (the task
+    scheduler's concurrent rounds): they share its actors.
     """
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, *, measure_cpus: float = 1.0, measure_gpus: float = 0.0,
+    def __init__(self, address: str | None = None, *, measure_cpus: float = 1.0, measure_gpus: float | None = None,
                  build_cpus: float = 1.0, depth: int = 2, wait_for_slots: float = 120.0) -> None:
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
@@ -92,6 +99,7 @@ class RayExecutor:
         self._pools: dict[Target, ActorPool] = {}
         self._runners: dict[int, tuple[Any, str, Any]] = {}  # id(runner) -> (runner, key, recipe ref)
         self._remote: dict[str, Any] = {}
+        self._lock = threading.RLock()  # the actor pools and runners, shared by concurrent runs
 
     # ---- connection ---------------------------------------------------------------------------
     def connect(self) -> Any:
@@ -104,7 +112,7 @@ class RayExecutor:
             kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False,
                                       "include_dashboard": False}
             if address == "local":
-                kwargs["resources"] = node_resources(Target.cpu())
+                kwargs["resources"] = merged_resources(local_targets())
                 address = None
             try:
                 if address is not None:
@@ -121,11 +129,21 @@ class RayExecutor:
         self._ray = ray
         return ray
 
+    def gpus_per_actor(self, target: Target) -> float:
+        """GPUs each measuring actor of `target` holds."""
+        if self.measure_gpus is not None:
+            return self.measure_gpus
+        return 1.0 if measures_on_gpu(target) else 0.0
+
     def _pool(self, target: Target | None) -> ActorPool:
+        with self._lock:
+            return self._open_pool(target)
+
+    def _open_pool(self, target: Target | None) -> ActorPool:
         ray = self.connect()
         target = target or Target.cpu()
         if target not in self._pools:
-            pool = ActorPool(ray, self._remote["actor"], target, self.measure_cpus, self.measure_gpus,
+            pool = ActorPool(ray, self._remote["actor"], target, self.measure_cpus, self.gpus_per_actor(target),
                               self.wait_for_slots)
             if pool.capacity() == 0:
                 raise RuntimeError(f"the Ray cluster has no node that measures for {describe(target)}: "
@@ -139,11 +157,12 @@ class RayExecutor:
         return self._pools[target]
 
     def _key(self, runner: Any, recipe: RemoteRunner) -> tuple[str, Any]:
-        entry = self._runners.get(id(runner))
-        if entry is None or entry[0] is not runner:
-            entry = (runner, uuid.uuid4().hex, self._ray.put(recipe))
-            self._runners[id(runner)] = entry
-        return entry[1], entry[2]
+        with self._lock:
+            entry = self._runners.get(id(runner))
+            if entry is None or entry[0] is not runner:
+                entry = (runner, uuid.uuid4().hex, self._ray.put(recipe))
+                self._runners[id(runner)] = entry
+            return entry[1], entry[2]
 
     # ---- the executor ---------------------------------------------------------------------------
     def _build_slots(self, target: Target) -> int:
@@ -183,13 +202,16 @@ class RayExecutor:
         calls: dict[Any, tuple[Slot, BuildResult, float]] = {}
         try:
             while builds or ready or calls:
-                pool.refresh()
-                while ready and (slot := pool.free(self.depth)) is not None:
-                    b = ready.popleft()
-                    ref = slot.actor.measure.remote(key, [recipe_ref], b)
-                    slot.inflight += 1
-                    calls[ref] = (slot, b, time.monotonic() + recipe_run.timeout)
-                if ready and not calls and pool.hopeless():
+                with pool.lock:
+                    pool.refresh()
+                    while ready and (slot := pool.free(self.depth)) is not None:
+                        b = ready.popleft()
+                        ref = slot.actor.measure.remote(key, [recipe_ref], b)
+                        slot.inflight += 1
+                        calls[ref] = (slot, b, time.monotonic() + recipe_run.timeout)
+                    hopeless = bool(ready) and not calls and pool.hopeless()
+                    starting = list(pool.pending)
+                if hopeless:
                     while ready:
                         b = ready.popleft()
                         yield MeasureResult.failed(b.config, ErrorKind.CRASHED,
@@ -198,7 +220,7 @@ class RayExecutor:
                                                    environment="no Ray node of the target",
                                                    compile_seconds=b.compile_seconds)
                     continue
-                waiting = list(builds) + list(calls) + list(pool.pending)
+                waiting = list(builds) + list(calls) + starting
                 deadlines = [d for _, d in builds.values()] + [d for _, _, d in calls.values()]
                 timeout = REFRESH_SECONDS if not deadlines else \
                     min(REFRESH_SECONDS, max(0.0, min(deadlines) - time.monotonic()))
@@ -215,15 +237,19 @@ class RayExecutor:
                             yield failed_build(built)
                     elif ref in calls:
                         slot, b, _ = calls.pop(ref)
-                        slot.inflight -= 1
+                        with pool.lock:
+                            slot.inflight -= 1
                         yield from self._measured(pool, ref, slot, b)
-                    elif ref in pool.pending:
-                        pool.started(ref)
+                    else:
+                        with pool.lock:
+                            if ref in pool.pending:  # (another run's thread may have seen it start)
+                                pool.started(ref)
                 yield from self._overdue(pool, builds, calls, ready)
         finally:
             for ref in builds:  # a run left early (its time is up): its builds are not needed
                 ray.cancel(ref, force=True)
-            pool.leave(calls)
+            with pool.lock:
+                pool.leave(calls)
 
     def _built(self, ref: Any, config: Config) -> BuildResult:
         ray = self._ray
@@ -243,7 +269,8 @@ class RayExecutor:
         try:
             results = ray.get(ref)
         except ray.exceptions.RayActorError as exc:
-            pool.lost(slot)
+            with pool.lock:
+                pool.lost(slot)
             yield self._lost(build, str(exc))
             return
         except ray.exceptions.RayError as exc:
@@ -271,7 +298,8 @@ class RayExecutor:
                 yield failed_build(BuildResult(config, None, ErrorKind.TIMEOUT, "build did not finish in time"))
         stuck = {slot for ref, (slot, _, deadline) in calls.items() if deadline <= now}
         for slot in stuck:
-            pool.lost(slot)
+            with pool.lock:
+                pool.lost(slot)
             for ref, (s, b, _) in list(calls.items()):
                 if s is slot:
                     del calls[ref]
@@ -282,8 +310,9 @@ class RayExecutor:
         if entry is None or self._ray is None:
             return ()
         ray, out = self._ray, []
-        for pool in self._pools.values():
-            refs = [s.actor.late.remote(entry[1]) for s in pool.ready_slots()]
+        for pool in list(self._pools.values()):
+            with pool.lock:
+                refs = [s.actor.late.remote(entry[1]) for s in pool.ready_slots()]
             for ref in refs:
                 try:
                     out.extend(ray.get(ref, timeout=60))

@@ -44,6 +44,59 @@ def node_resources(target: Target, slots: int = 1) -> dict[str, int]:
     return {target_resource(target): PRESENCE, measure_resource(target): slots}
 
 
+def merged_resources(slots_by_target: dict[Target, int]) -> dict[str, int]:
+    """`node_resources` of several targets one node serves (its CPU, its GPUs).
+
+    Example:
+        >>> from tensortune.db import Target
+        >>> len(merged_resources({Target.make("cpu", "A", "x"): 1, Target.make("cuda", "H100", "sm_90"): 2}))
+        4
+    """
+    out: dict[str, int] = {}
+    for target, slots in slots_by_target.items():
+        out.update(node_resources(target, slots))
+    return out
+
+
+GPU_KINDS = ("cuda", "rocm")
+
+
+def measures_on_gpu(target: Target) -> bool:
+    """Whether a measuring actor of `target` owns a GPU (Ray sets its CUDA_VISIBLE_DEVICES)."""
+    return target.kind in GPU_KINDS
+
+
+def gpu_slots() -> dict[Target, int]:
+    """The targets of this machine's GPUs, each with how many GPUs it has (empty without
+    torch or a GPU)."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+    from ..frontends.triton.target import gpu_target
+
+    out: dict[Target, int] = {}
+    for index in range(torch.cuda.device_count()):
+        target = gpu_target(index)
+        out[target] = out.get(target, 0) + 1
+    return out
+
+
+def local_targets() -> dict[Target, int]:
+    """This machine's targets with their measurement slots, for a Ray started in-process:
+    the CPU (one), each kind of GPU (one per GPU), Triton's interpreter under
+    TRITON_INTERPRET=1 (one)."""
+    import os
+
+    out = {Target.cpu(): 1, **gpu_slots()}
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        from ..frontends.triton.target import interpreter_target
+        out[interpreter_target()] = 1
+    return out
+
+
 def describe(target: Target) -> str:
     return f"{target.kind} {target.device} ({target.arch})"
 

@@ -177,7 +177,7 @@ def compile(model: Any, example_inputs: Sequence[Any], *, target: str | None = N
     whole model (default 32 per kernel to tune), or seconds as a float; `db`: the records
     database; other options are `CompileOptions` fields (`retune`, `check`, `progress`,
     `cuda_graphs`, `seed`, `jobs`, and `executor="ray"` with `ray_address` to build and
-    measure a CPU model's kernels on a Ray cluster).
+    measure the model's kernels on a Ray cluster, for the CPU or the GPU).
     """
     import torch
     if not callable(model):

@@ -57,7 +57,7 @@ class CompileOptions:
     ("materialize"), or both cuts are tuned and the one whose kernels' measured times
     add up to less is kept ("measure", the default).
 
-    `executor`/`ray_address`: where the CPU target's kernels are built and measured
+    `executor`/`ray_address`: where the kernels are built and measured (CPU or GPU)
     ("local", or "ray": docs/distributed.md)."""
 
     target: str | None = None
@@ -187,8 +187,6 @@ def _choose(variants: Sequence[_Variant], outcome: TuneOutcome) -> tuple[_Varian
 def _make_target(options: CompileOptions, device_type: str) -> Any:
     extra: dict[str, Any] = {"jobs": options.jobs} if options.jobs else {}
     if options.executor not in (None, "local") or options.ray_address is not None:
-        if (options.target or device_type) not in ("cpu", "c", "llvm"):
-            raise CompileError("executor='ray' applies to target='cpu' only (GPU kernels are measured locally)")
         extra.update(executor=options.executor, ray_address=options.ray_address)
     return make_target(options.target or device_type, **extra)
 

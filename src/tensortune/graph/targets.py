@@ -78,6 +78,11 @@ class CpuTarget:
             self._runs_on = make_executor(self.executor, self.ray_address)
         return CpuSearch(kernel, db, seed, self.jobs, self.timer, budget_hint, self._runs_on)
 
+    def rounds_at_once(self, trials_per_round: int, tasks: int) -> int:
+        """Tasks whose rounds run at once: one here; on a cluster, enough to keep it busy."""
+        from ..db import Target
+        return _rounds_at_once(self._runs_on, Target.cpu(), trials_per_round, tasks)
+
     def close(self) -> None:
         if self._runs_on is not None and (self.executor is None or isinstance(self.executor, str)):
             self._runs_on.close()
@@ -149,9 +154,12 @@ class CudaTarget:
     device: str = "cuda"
     multi_anchor: bool = True
     cache_dir: str | None = None
+    executor: Any = None  # "local" (default), "ray" or an Executor: where kernels are built and measured
+    ray_address: str | None = None
     _kinds: dict[str, str | None] = field(default_factory=dict, repr=False)
     _runner: Any = field(default=None, repr=False)
     _compiler: Any = field(default=None, repr=False)
+    _runs_on: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         from ..backends.triton.kernel import interpreting
@@ -164,6 +172,21 @@ class CudaTarget:
 
     def search(self, kernel: KernelGraph, *, db: Any, seed: int, budget_hint: int | None) -> "CudaTaskSearch":
         return CudaTaskSearch(self, kernel, db, seed, budget_hint)
+
+    def rounds_at_once(self, trials_per_round: int, tasks: int) -> int:
+        """Tasks whose rounds run at once: one here; on a cluster, enough to keep it busy."""
+        from ..backends.triton.kernel import interpreting
+        from ..backends.triton.tune import cuda_target
+        return _rounds_at_once(self._runs_on, cuda_target(interpreting()), trials_per_round, tasks)
+
+    def remote(self) -> Any:
+        """The executor of a cluster (one set of actors for all the kernels), or None: here."""
+        if self.executor in (None, "local"):
+            return None
+        if self._runs_on is None:
+            from ..measure import make_executor
+            self._runs_on = make_executor(self.executor, self.ray_address)
+        return self._runs_on
 
     def shared(self, task: Any) -> tuple[Any, Any]:
         """The GPU worker and compile pool every kernel's search shares (made on first use)."""
@@ -189,6 +212,9 @@ class CudaTarget:
         if self._compiler is not None:
             self._compiler.close()
             self._compiler = None
+        if self._runs_on is not None and isinstance(self.executor, str):
+            self._runs_on.close()
+        self._runs_on = None
 
 
 class CudaTaskSearch:
@@ -202,7 +228,8 @@ class CudaTaskSearch:
         half = kernel.half
         ranges, positive = input_ranges(kernel.output), positive_inputs(kernel.output)
         self._search = CudaSearch(kernel.output, db=db, seed=seed, half=half, progress=False,
-                                  budget_hint=budget_hint, timer=target.timer, cache_dir=target.cache_dir)
+                                  budget_hint=budget_hint, timer=target.timer, cache_dir=target.cache_dir,
+                                  executor=target.remote())
         plan = self._search.plan
         specs = []
         for t in plan.inputs:
@@ -227,7 +254,9 @@ class CudaTaskSearch:
         return self._search.recorded()
 
     def tune(self, trials: int) -> list[Any]:
-        if self._search._runner is None:
+        # on a cluster each search keeps its own runner (a recipe for the actors; here it
+        # only confirms the winner), so that several tasks' rounds can run at once
+        if self._search._runner is None and self._search.executor is None:
             runner, compiler = self.target.shared(self._search.task)
             self._search._runner, self._search._shared_runner = runner, True
             self._search._compiler = compiler
@@ -248,8 +277,17 @@ class CudaTaskSearch:
         return KernelStep(name, root, reads, run)
 
     def close(self) -> None:
-        if self._search._builder is not None:
+        if self._search.executor is not None:
+            self._search.close()  # its own runner
+        elif self._search._builder is not None:
             self._search._builder.close()
+
+
+def _rounds_at_once(executor: Any, target: Any, trials_per_round: int, tasks: int) -> int:
+    if executor is None or getattr(executor, "name", "local") == "local":
+        return 1
+    from ..tasks import concurrent_rounds
+    return concurrent_rounds(executor.parallelism(None, target), trials_per_round, tasks)
 
 
 def _storage(dtype: str, half: str) -> str:

@@ -95,9 +95,11 @@ def tune_tasks(tasks: Sequence[GraphTask], target: Any, *, db: Any, budget: int 
         show = ModelProgress(names, [t.weight for t in todo], limit.trials, enabled=progress, title=title)
         scheduler_tasks = [Task(name, out.searches[t.key].tune, weight=t.weight, flops=out.searches[t.key].flops,
                                 group=_group(t)) for name, t in zip(names, todo)]
+        at_once = target.rounds_at_once(per_round, len(todo)) if hasattr(target, "rounds_at_once") else 1
         with show:
             result = TaskScheduler(scheduler_tasks, budget=limit, policy=policy, trials_per_round=per_round,
-                                   seed=seed, callbacks=[lambda r: show.round(r.task, r.trials, r.best)]).run()
+                                   seed=seed, callbacks=[lambda r: show.round(r.task, r.trials, r.best)],
+                                   concurrency=at_once).run()
         for name, t in zip(names, todo):
             out.trials[t.key] = result.trials.get(name, 0)
             try:

@@ -111,11 +111,14 @@ class RemoteRunner:
     """How to measure on another machine: `make(index)` (picklable) returns a runner,
     called once in each measuring actor (`index` tells the actors apart, for seeds);
     `unpack(artifact)` turns a travelled artifact into what that runner takes;
-    `timeout`: seconds one candidate may take there, the runner's own limits included."""
+    `timeout`: seconds one candidate may take there, the runner's own limits included;
+    `adopt(old)`: this recipe's runner made from another recipe's runner that the actor
+    is about to close (its worker kept, given this task), or None where it cannot be."""
 
     make: Callable[[int], Any]
     unpack: Callable[[Any], Any] | None = None
     timeout: float = 600.0
+    adopt: Callable[[Any], Any] | None = None
 
 
 def remote_build_of(builder: Any) -> RemoteBuild:

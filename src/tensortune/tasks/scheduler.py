@@ -12,6 +12,11 @@ throughput among the tasks of its group) - g_i. Every task first gets one warm-u
 A task that has nothing left to measure, or has not improved in `patience` trials, is
 dropped from the allocation.
 
+With `concurrency` k > 1 (an executor that measures more candidates at once than one
+round holds, such as a Ray cluster: `concurrent_rounds`), each step runs the rounds of
+the k tasks ranked first at once, each in a thread of its own, so that every node is
+busy; their results are taken in when all k have finished.
+
 Example:
     >>> from tensortune.measure import MeasureResult
     >>> from tensortune.space import Config
@@ -34,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,6 +61,7 @@ class TaskRound:
     best: float
     objective: float
     seconds: float
+    wave: int = 0  # rounds of the same wave ran at once
 
 
 @dataclass(frozen=True)
@@ -73,13 +80,25 @@ class ScheduleResult:
         return sum(self.trials.values())
 
 
+def concurrent_rounds(parallelism: int, trials_per_round: int, tasks: int) -> int:
+    """How many tasks' rounds to run at once so that `parallelism` candidates (what the
+    executor measures at once) are in flight: at least one, at most the tasks.
+
+    Example:
+        >>> concurrent_rounds(parallelism=40, trials_per_round=8, tasks=3), concurrent_rounds(4, 8, 3)
+        (3, 1)
+    """
+    return max(1, min(tasks, math.ceil(parallelism / max(1, trials_per_round))))
+
+
 def weighted_latency(weights: Sequence[float]) -> Objective:
     w = np.asarray(weights, dtype=np.float64)
     return lambda latencies: float(np.dot(w, np.asarray(latencies, dtype=np.float64)))
 
 
 class TaskScheduler:
-    """Allocates a budget of trials among tasks, round by round."""
+    """Allocates a budget of trials among tasks, round by round (`concurrency` rounds of
+    distinct tasks at once)."""
 
     POLICIES = ("gradient", "round-robin")
     STALL = 0.01  # a relative improvement over `window` rounds below this is no progress
@@ -88,7 +107,7 @@ class TaskScheduler:
                  policy: str = "gradient", trials_per_round: int = 16,
                  objective: Objective | None = None, alpha: float = 0.2, beta: float = 2.0,
                  window: int = 3, patience: int | None = None, seed: int | None = 0,
-                 callbacks: Sequence[Callable[[TaskRound], None]] = ()) -> None:
+                 callbacks: Sequence[Callable[[TaskRound], None]] = (), concurrency: int = 1) -> None:
         if not tasks:
             raise ValueError("the task scheduler needs at least one task")
         names = [t.name for t in tasks]
@@ -98,10 +117,13 @@ class TaskScheduler:
             raise ValueError(f"unknown task scheduling policy {policy!r}; known: {', '.join(self.POLICIES)}")
         if trials_per_round < 1:
             raise ValueError(f"trials_per_round must be at least 1, got {trials_per_round}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.tasks = list(tasks)
         self.budget = Budget.of(budget, default_trials=trials_per_round * len(tasks) * 4)
         self.policy = policy
         self.trials_per_round = trials_per_round
+        self.concurrency = concurrency
         self.objective = objective or weighted_latency([t.weight for t in tasks])
         self._linear = objective is None  # the weighted latency: its derivative is the weight
         self.alpha, self.beta, self.window, self.patience = alpha, beta, window, patience
@@ -122,11 +144,18 @@ class TaskScheduler:
         start = time.perf_counter()
         rounds: list[TaskRound] = []
         order = list(range(len(self.tasks)))  # warm-up: every task once
+        wave = 0
         while not self._exhausted(start):
-            i = order.pop(0) if order else self.next_task()
-            if i is None:
+            picks: list[int] = []
+            while len(picks) < min(self.concurrency, self._rounds_left()):
+                i = order.pop(0) if order else self.next_task(exclude=picks)
+                if i is None:
+                    break
+                picks.append(i)
+            if not picks:
                 break
-            rounds.append(self._tune_round(i, start))
+            rounds.extend(self._tune_wave(picks, wave))
+            wave += 1
         return ScheduleResult(
             best={t.name: c if c < UNMEASURED else math.inf for t, c in zip(self.tasks, self.best_costs)},
             trials={t.name: n for t, n in zip(self.tasks, self.trials_done)},
@@ -134,12 +163,31 @@ class TaskScheduler:
             seconds=time.perf_counter() - start,
             best_results={t.name: r for t, r in zip(self.tasks, self.best_results)})
 
-    def _tune_round(self, i: int, start: float) -> TaskRound:
+    def _rounds_left(self) -> int:
+        """Rounds the trial budget still allows at once (each of at least one trial)."""
+        if self.budget.trials is None:
+            return self.concurrency
+        return max(0, self.budget.trials - sum(self.trials_done))
+
+    def _tune_wave(self, picks: list[int], wave: int) -> list[TaskRound]:
+        """One round of each picked task, at once when there are several; the trials left
+        are shared among them."""
         n = self.trials_per_round
         if self.budget.trials is not None:
-            n = min(n, self.budget.trials - sum(self.trials_done))
+            n = max(1, min(n, (self.budget.trials - sum(self.trials_done)) // len(picks)))
+        if len(picks) == 1:
+            return [self._record_round(picks[0], *self._timed_tune(picks[0], n), wave)]
+        with ThreadPoolExecutor(len(picks), thread_name_prefix="task-round") as pool:
+            futures = [pool.submit(self._timed_tune, i, n) for i in picks]
+            outcomes = [f.result() for f in futures]
+        return [self._record_round(i, results, seconds, wave) for i, (results, seconds) in zip(picks, outcomes)]
+
+    def _timed_tune(self, i: int, n: int) -> tuple[list[MeasureResult], float]:
         round_start = time.perf_counter()
         results = self.tasks[i].tune(n)
+        return results, time.perf_counter() - round_start
+
+    def _record_round(self, i: int, results: list[MeasureResult], seconds: float, wave: int) -> TaskRound:
         if not results:
             self.dead[i] = True
         self.trials_done[i] += len(results)
@@ -153,7 +201,7 @@ class TaskScheduler:
         if self.patience is not None and self.trials_done[i] - self.last_improved[i] >= self.patience:
             self.dead[i] = True
         record = TaskRound(self.tasks[i].name, len(results), self.best_costs[i], self.current_objective(),
-                           time.perf_counter() - round_start)
+                           seconds, wave)
         for cb in self.callbacks:
             cb(record)
         return record
@@ -169,14 +217,15 @@ class TaskScheduler:
         return self.objective(self.best_costs)
 
     # ---- the policies -----------------------------------------------------------------------
-    def next_task(self) -> int | None:
-        alive = [i for i in range(len(self.tasks)) if not self.dead[i]]
+    def next_task(self, exclude: Sequence[int] = ()) -> int | None:
+        """The task to give the next round (none of `exclude`, which already have one)."""
+        alive = [i for i in range(len(self.tasks)) if not self.dead[i] and i not in exclude]
         if not alive:
             return None
         if self.policy == "round-robin":
             for k in range(len(self.tasks)):
                 i = (self._next_rr + k) % len(self.tasks)
-                if not self.dead[i]:
+                if not self.dead[i] and i not in exclude:
                     self._next_rr = i + 1
                     return i
         gradients = {i: self.gradient(i) for i in alive}

@@ -83,6 +83,7 @@ class GeneratedBinary:
     shared_bytes: int
     num_warps: int
     kernels: int
+    kernel_hashes: tuple[str, ...] = ()  # the compiled kernels' Triton cache entries
 
 
 def compile_generated(directory: str, prefix: str, target: tuple[str, int, int] | None, max_shared: int | None,
@@ -115,7 +116,8 @@ def compile_generated(directory: str, prefix: str, target: tuple[str, int, int] 
     if max_shared is not None and shared > max_shared:
         raise CandidateError(ErrorKind.OUT_OF_RESOURCES,
                              f"needs {shared} bytes of shared memory; the device allows {max_shared}")
-    return GeneratedBinary(digest.hexdigest()[:16], shared, warps, len(compiled))
+    return GeneratedBinary(digest.hexdigest()[:16], shared, warps, len(compiled),
+                           tuple(str(c.hash) for c in compiled))
 
 
 class GeneratedBuilder:
@@ -131,6 +133,7 @@ class GeneratedBuilder:
         from ...measure.triton_compile import ParallelCompiler, warm_triton
 
         self.generator = generator
+        self.compiles = compile
         self.compiler = None
         self.owns_compiler = compiler is None
         self.compile_fn = functools.partial(compile_generated, generator.directory, generator.prefix, target,
@@ -162,6 +165,29 @@ class GeneratedBuilder:
             self.compiler.compile_fn = self.compile_fn  # a shared pool compiles this generator's modules now
             yield from self.compiler.build_iter(written)
 
+    def remote_build(self) -> Any:
+        """The recipe for building on a Ray node of the target (`measure.executor`): the
+        module written and compiled there, both shipped to the measuring node."""
+        from ...measure.builder import build_one
+        from ...measure.executor import RemoteBuild
+
+        body = functools.partial(shipped_generated, self.generator, self.compile_fn if self.compiles else None)
+        return RemoteBuild(functools.partial(build_one, body), timeout=180.0, native=self.compiles)
+
     def close(self) -> None:
         if self.compiler is not None and self.owns_compiler:
             self.compiler.close()
+
+
+def shipped_generated(generator: Generator, compile_fn: Any, config: Config) -> Any:
+    """A build task's body: write the candidate's module, compile it (not under the
+    interpreter), and pack both to travel (`measure.triton_shipping`)."""
+    from ...measure.triton_shipping import CacheEntries, TravellingBinary, kernel_hashes
+
+    try:
+        source = generator.write(config)
+    except CodegenError as exc:
+        raise CandidateError(ErrorKind.COMPILE_ERROR, f"code generation: {exc}") from None
+    binary = compile_fn(config) if compile_fn is not None else None
+    return TravellingBinary(binary, CacheEntries.pack(kernel_hashes(binary)), str(generator.path(config)),
+                            source.text)

@@ -135,7 +135,10 @@ class CudaSearch:
 
     `runner` and `compiler` may be shared by several searches (one GPU worker and one
     compile pool for a whole model); the search points the runner at its own task
-    before each round. Without them it makes its own, closed by `close()`.
+    before each round. Without them it makes its own, closed by `close()`. `executor`:
+    where candidates are built and measured (an `Executor`; None: here); on a Ray
+    cluster the modules are generated and compiled in build tasks on nodes of the
+    target, and measured by the actors that own its GPUs.
     """
 
     def __init__(self, outputs: Any, *, db: Database | str | os.PathLike[str] | None = None,
@@ -143,7 +146,7 @@ class CudaSearch:
                  seed: int = 0, half: str = "float16", allow_tf32: bool = False, jobs: int | None = None,
                  timer: Any = None, timeout: float = 60.0, cache_dir: str | os.PathLike[str] | None = None,
                  progress: bool = True, budget_hint: int | None = None, runner: Any = None, compiler: Any = None,
-                 input_specs: Sequence[Any] | None = None) -> None:
+                 input_specs: Sequence[Any] | None = None, executor: Any = None) -> None:
         self.interpret = interpret = interpreting()
         if not interpret:
             import torch
@@ -165,6 +168,7 @@ class CudaSearch:
         self.input_specs = input_specs
         self._runner, self._shared_runner = runner, runner is not None
         self._compiler = compiler
+        self.executor = executor
         self._tuner: Tuner | None = None
         self._builder: Any = None
         self.results: list[MeasureResult] = []
@@ -212,7 +216,7 @@ class CudaSearch:
         return Tuner(self.sketch.space, self._runner, workload=self.workload, target=self.target,
                      db=self.database, builder=self._builder, strategy=SeededStrategy(inner, self.sketch.seeds),
                      budget=self.budget_hint, seed=self.seed, progress=self.progress,
-                     description=f"{self.plan.output.name} ({self.plan.kind}, cuda)")
+                     description=f"{self.plan.output.name} ({self.plan.kind}, cuda)", executor=self.executor)
 
     def run(self, budget: Budget | int | float | None) -> list[MeasureResult]:
         """Measure up to `budget` more candidates; the search goes on where it stopped."""
@@ -278,7 +282,8 @@ def autoschedule_cuda(outputs: Any, *, budget: Budget | int | float | None = 64,
                       "evolutionary", strategy_options: Mapping[str, Any] | None = None, seed: int = 0,
                       half: str = "float16", allow_tf32: bool = False, retune: bool = False,
                       jobs: int | None = None, timer: Any = None, timeout: float = 60.0, confirm: bool = True,
-                      cache_dir: str | os.PathLike[str] | None = None, progress: bool = True) -> CudaKernel:
+                      cache_dir: str | os.PathLike[str] | None = None, progress: bool = True,
+                      executor: Any = None, ray_address: str | None = None) -> CudaKernel:
     """A tuned Triton kernel for the graph's output, callable on torch tensors.
 
     `outputs`: the output tensor, a `te.workloads` computation, or a function returning
@@ -287,20 +292,28 @@ def autoschedule_cuda(outputs: Any, *, budget: Budget | int | float | None = 64,
     the graph's float16 tensors ("float16" or "bfloat16"; for bfloat16, prefer bfloat16
     tensors in the graph); `allow_tf32`: float32
     contractions may use TF32; `timer`: a `CudaTimer` for candidates (default: 50 ms of
-    repeats, cold L2); `jobs`: compile processes (default: one per CPU).
+    repeats, cold L2); `jobs`: compile processes (default: one per CPU); `executor`:
+    "local" (default), "ray" (with `ray_address`) or an `Executor`: where candidates are
+    compiled and measured (docs/distributed.md); the near-ties are re-timed here.
     """
+    from ...measure import make_executor
+
+    runs_on = make_executor(executor, ray_address)
     search = CudaSearch(outputs, db=db, strategy=strategy, strategy_options=strategy_options, seed=seed,
                         half=half, allow_tf32=allow_tf32, jobs=jobs, timer=timer, timeout=timeout,
-                        cache_dir=cache_dir, progress=progress, budget_hint=Budget.of(budget).trials)
-    if not retune:
-        recorded = search.recorded()
-        if recorded is not None:
-            return recorded
+                        cache_dir=cache_dir, progress=progress, budget_hint=Budget.of(budget).trials,
+                        executor=runs_on)
     try:
+        if not retune:
+            recorded = search.recorded()
+            if recorded is not None:
+                return recorded
         search.run(budget)
         return search.finish(confirm)
     finally:
         search.close()
+        if executor is None or isinstance(executor, str):
+            runs_on.close()
 
 
 def _sms(interpret: bool) -> int:

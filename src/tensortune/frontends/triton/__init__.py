@@ -47,7 +47,8 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
              settings: Any = None, tolerance: "float | Mapping[str, float] | None" = None,
              check_inputs: str = "random", distributed: str = "auto", seed: int = 0, name: str | None = None,
              progress: bool | None = None, builder: Any = None, isolate: bool | None = None,
-             compile_jobs: int | None = None, warm_start: bool = True) -> Callable[[Any], AutotunedKernel]:
+             compile_jobs: int | None = None, warm_start: bool = True, executor: Any = None,
+             ray_address: str | None = None) -> Callable[[Any], AutotunedKernel]:
     """Decorate a `@triton.jit` function so that each launch uses the best configuration
     for its key.
 
@@ -80,6 +81,10 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
       launch can be described; see `isolated.py`); `compile_jobs`: processes compiling
       candidates ahead of time (default: one per core); `builder`: your own
       `tensortune.measure.Builder` instead.
+    - `executor`: "ray" (or a `RayExecutor`) compiles and measures the candidates on a
+      Ray cluster's nodes of this kernel's target, each GPU an actor with its isolated
+      worker (`ray_address`: the cluster; docs/distributed.md); the winner is confirmed
+      here.
     """
     options = _options(configs, key, prune_configs_by, reset_to_zero, restore_value, pre_hook, post_hook, warmup,
                        rep, use_cuda_graph, do_bench, dict(
@@ -87,7 +92,8 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
                            bucket=bucket, on_new_key=on_new_key, timer=timer, db=db, settings=settings,
                            tolerance=tolerance, check_inputs=check_inputs, distributed=distributed, seed=seed,
                            name=name, progress=progress, builder=builder, isolate=isolate,
-                           compile_jobs=compile_jobs, warm_start=warm_start))
+                           compile_jobs=compile_jobs, warm_start=warm_start, executor=executor,
+                           ray_address=ray_address))
 
     def decorator(fn: Any) -> AutotunedKernel:
         if not callable(getattr(fn, "run", None)):

@@ -259,6 +259,16 @@ class CompileQueue:
                         f"{smaller.to_json()}, which {why}")
         return None
 
+    def remote_build(self) -> Any:
+        """The recipe for compiling on a Ray node of the target: the compile of the local
+        pool, its Triton cache entries shipped to the measuring node (`triton_shipping`)."""
+        from ...measure.builder import build_one
+        from ...measure.executor import RemoteBuild
+        from ...measure.triton_shipping import shipped_compile
+
+        body = functools.partial(shipped_compile, self.inner.compile_fn)
+        return RemoteBuild(functools.partial(build_one, body), timeout=self.inner.timeout.initial, native=True)
+
     def close(self) -> None:
         self.inner.close()
 
@@ -266,9 +276,11 @@ class CompileQueue:
 def gpu_runner(kernel: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any],
                grid: Any, configs: Sequence[Config], reference: Any, timer: Any, seed: int,
                tolerance: float | None = None, interpreted: bool = False, confirm_timer: Any = None,
-               reuse: Any = None, reset_to_zero: Sequence[str] = ()) -> Any:
+               reuse: Any = None, reset_to_zero: Sequence[str] = (), early: bool = True) -> Any:
     """A GpuRunner measuring this launch's candidates in an isolated worker (on the CPU
-    under TRITON_INTERPRET=1); with `reuse` (a GpuRunner), its worker takes this task."""
+    under TRITON_INTERPRET=1); with `reuse` (a GpuRunner), its worker takes this task.
+    `early`: wrapped in `EarlyStart` (its worker starts at once); without it, the plain
+    GpuRunner, whose worker starts when first used (on Ray: only to confirm the winner)."""
     from ...measure.gpu import GpuRunner, GpuTask
 
     ref = kernel_ref(kernel)
@@ -292,7 +304,9 @@ def gpu_runner(kernel: Any, arg_names: Sequence[str], args: Sequence[Any], kwarg
     if reuse is not None and callable(getattr(reuse, "set_task", None)):
         reuse.set_task(task)
         return EarlyStart(reuse, confirm_timer)
-    return EarlyStart(GpuRunner(task, devices=devices, cutoff_factor=3.0), confirm_timer)
+    env = {"TRITON_INTERPRET": "1"} if interpreted else {}
+    runner = GpuRunner(task, devices=devices, cutoff_factor=3.0, env=env)
+    return EarlyStart(runner, confirm_timer) if early else runner
 
 
 class EarlyStart:
@@ -351,6 +365,9 @@ class EarlyStart:
     @property
     def check_note(self) -> str:
         return str(getattr(self.inner, "check_note", "") or "")
+
+    def remote_runner(self) -> Any:
+        return self.inner.remote_runner()
 
     def confirm(self, results: Sequence[Any], **kw: Any) -> Any:
         self._wait()

@@ -124,6 +124,7 @@ class AutotunedKernel(KernelInterface):
         self.bench_time: float | None = None  # seconds the latest key's tuning took
         self.make_inputs: Callable[..., Any] | None = None
         self.log: list[Decision] = []  # one entry per launch signature first seen (the slow path)
+        self._executor: Any = None  # the executor opened for `executor="ray"` (shared by the process's kernels)
         _KERNELS.add(self)
 
     def inputs(self, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -307,13 +308,14 @@ class AutotunedKernel(KernelInterface):
         budget = budget or o.budget or default_budget(size, o.listed)
         progress = ctx.settings.progress and not self.interpreted if o.progress is None else o.progress
         strategy = self._strategy(strategy or o.strategy, key, workload, space, budget)
-        with workers.lease() as shared:
-            runner, builder = self._measurement(cands, args, kwargs, grid, shared)
+        executor = self.executor()
+        with workers.lease() if executor is None else contextlib.nullcontext(None) as shared:
+            runner, builder = self._measurement(cands, args, kwargs, grid, shared, remote=executor is not None)
             try:
                 result = tune_key(space, runner, workload=workload, target=ctx.target, db=ctx.db, budget=budget,
                                   strategy=strategy, seed=o.seed, builder=builder, progress=progress,
                                   description=f"{self.short_name} {key.as_dict()}",
-                                  confirm=o.do_bench is None)
+                                  confirm=o.do_bench is None, executor=executor)
             finally:  # workers of their own exit in the background: nobody waits for their teardown
                 kept = shared.values() if shared is not None else ()
                 parts = [p for p in (runner, builder) if p is not o.builder and callable(getattr(p, "close", None))
@@ -322,6 +324,19 @@ class AutotunedKernel(KernelInterface):
                     threading.Thread(target=_close_all, args=(parts,), daemon=True).start()
         self.tunings[key] = result
         return result
+
+    def executor(self) -> Any:
+        """Where candidates are measured: None (here), or the executor of `executor=`; one
+        named "ray" is opened on the first tuning and kept for the process (every kernel
+        tuned on the same cluster shares it, and so its measuring actors)."""
+        o = self.options
+        if o.executor in (None, "local"):
+            return None
+        if not isinstance(o.executor, str):
+            return o.executor
+        if self._executor is None:
+            self._executor = _named_executor(o.executor, o.ray_address)
+        return self._executor
 
     def _strategy(self, strategy: Any, key: TuningKey, workload: Workload, space: Space, budget: Any) -> Any:
         """The strategy, started from the nearest tuned keys' best configurations when the
@@ -340,14 +355,16 @@ class AutotunedKernel(KernelInterface):
         return Seeded(inner, seeds)
 
     def _measurement(self, cands: "_Candidates", args: tuple[Any, ...], kwargs: dict[str, Any], grid: Any,
-                     shared: dict[str, Any] | None) -> tuple[Any, Any]:
+                     shared: dict[str, Any] | None, remote: bool = False) -> tuple[Any, Any]:
         """The runner (isolated worker or this process) and builder (parallel compiles) for a
-        key; with `shared`, the process's warm workers serve it (and new ones are kept there)."""
+        key; with `shared`, the process's warm workers serve it (and new ones are kept there).
+        `remote`: they are recipes for a cluster's nodes (isolated, started here only to
+        confirm the winner)."""
         from . import isolated
 
         o, ctx = self.options, self.context()
         pre_hooks = {c: tc.pre_hook for c, tc in cands.by_config.items() if getattr(tc, "pre_hook", None)}
-        isolate = o.isolate if o.isolate is not None else not self.interpreted
+        isolate = (o.isolate if o.isolate is not None else not self.interpreted) or remote
         why = isolated.why_not_isolated(hooks_in_python=bool(pre_hooks or o.pre_hook or o.post_hook),
                                         args=args, reference=o.reference, timer=ctx.timer)
         if isolate and why is None and any(underlying(v) is not None for v in kwargs.values()):
@@ -358,6 +375,8 @@ class AutotunedKernel(KernelInterface):
             why = "the space is too large to compute every candidate's grid"
         if isolate and why is None and isolated.kernel_ref(self.fn) is None:
             why = "the kernel is not defined at module level"
+        if remote and why is not None:
+            raise ValueError(f"executor={o.executor!r} measures in isolated workers on the cluster's nodes, but {why}")
         if o.isolate and why is not None:
             raise ValueError(f"isolate=True, but {why}")
         default_timing = o.timer is None and o.do_bench is None and not self.interpreted
@@ -370,7 +389,7 @@ class AutotunedKernel(KernelInterface):
             runner: Any = isolated.gpu_runner(self.fn, self.arg_names, args, kwargs, grid,
                                               enumerate_space(cands.space), o.reference, ctx.timer, o.seed,
                                               tolerance, self.interpreted, confirming, reuse=earlier,
-                                              reset_to_zero=o.reset_to_zero)
+                                              reset_to_zero=o.reset_to_zero, early=not remote)
         else:
             pristine = ArgSet.fresh(args, kwargs, seed=o.seed, random=o.check_inputs == "random",
                                     names=self.arg_names, zero=o.reset_to_zero)
@@ -387,6 +406,9 @@ class AutotunedKernel(KernelInterface):
                                                         pre_hooks, cands.meta_of) if pre_hooks else None
             builder = isolated.parallel_builder(self.fn, args, kwargs, o.compile_jobs, stream=True,
                                                 reuse=kept.get("builder"), by_config=by_config)
+            if remote and builder is None:
+                raise ValueError(f"executor={o.executor!r} compiles on the cluster's nodes, but an argument of "
+                                 f"{self.short_name} cannot be described for compiling elsewhere")
         if shared is not None:  # kept warm for the next key
             if isinstance(runner, isolated.EarlyStart):
                 shared["runner"] = runner
@@ -464,6 +486,23 @@ class AutotunedKernel(KernelInterface):
 
     def __repr__(self) -> str:
         return f"AutotunedKernel({self.name}, key={self.keys})"
+
+
+_EXECUTORS: dict[tuple[str, str | None], Any] = {}
+_EXECUTORS_LOCK = threading.Lock()
+
+
+def _named_executor(name: str, address: str | None) -> Any:
+    """The process's executor of this name and cluster (opened once, closed at exit)."""
+    with _EXECUTORS_LOCK:
+        if (name, address) not in _EXECUTORS:
+            import atexit
+
+            from ...measure import make_executor
+            executor = make_executor(name, address)
+            atexit.register(executor.close)
+            _EXECUTORS[(name, address)] = executor
+        return _EXECUTORS[(name, address)]
 
 
 def _close_all(parts: list[Any]) -> None:

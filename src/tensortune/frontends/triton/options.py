@@ -54,6 +54,8 @@ class AutotuneOptions:
     isolate: bool | None = None  # None: isolated on a GPU when the launch can be described
     compile_jobs: int | None = None
     warm_start: bool = True  # a budget-limited search starts from the nearest tuned keys' best
+    executor: Any = None  # where candidates are compiled and measured: "local" (None), "ray" or an Executor
+    ray_address: str | None = None
 
     @property
     def listed(self) -> bool:
@@ -85,6 +87,14 @@ class AutotuneOptions:
                                      ("distributed", rest.get("distributed", "auto"), DISTRIBUTED)):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        executor = rest.get("executor")
+        if isinstance(executor, str) and executor not in ("local", "ray"):
+            raise ValueError(f"executor must be 'local', 'ray' or an Executor object; got {executor!r}")
+        if rest.get("ray_address") is not None and executor != "ray":
+            raise ValueError("ray_address= needs executor='ray'")
+        if executor not in (None, "local") and rest.get("isolate") is False:
+            raise ValueError("isolate=False cannot measure on a Ray cluster: candidates run in isolated workers "
+                             "on its nodes")
         if isinstance(records, (str, os.PathLike)):
             records = [records]
         return AutotuneOptions(

@@ -74,11 +74,13 @@ class KeyTuning:
 def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: Target, db: Database,
              budget: Budget, strategy: Any = "auto", seed: int | None = 0, builder: Builder | None = None,
              batch_size: int | None = None, progress: bool = False, description: str = "",
-             confirm: bool = True) -> KeyTuning:
-    """Search `space` for `workload` on `target`, confirm the winner and record it."""
+             confirm: bool = True, executor: Any = None) -> KeyTuning:
+    """Search `space` for `workload` on `target`, confirm the winner and record it.
+    `executor`: where the candidates are compiled and measured (the tuner's)."""
     size = space.size if space.size_is_exact else math.inf
     covers = budget.trials is not None and budget.trials >= size
-    if batch_size is None:
+    remote = executor not in (None, "local") and getattr(executor, "name", executor) != "local"
+    if batch_size is None and not remote:  # on a cluster: the executor's parallelism
         batch_size = int(budget.trials) if covers and budget.trials else 8
     start = time.perf_counter()
     first: list[float] = []
@@ -89,7 +91,8 @@ def tune_key(space: Space, runner: LaunchRunner, *, workload: Workload, target: 
 
     tuner = Tuner(space, runner, workload=workload, target=target, db=db, builder=builder,
                   strategy=strategy, budget=with_free_rejections(budget), seed=seed, batch_size=batch_size,
-                  progress=progress, description=description or workload.name, callbacks=[on_result])
+                  progress=progress, description=description or workload.name, callbacks=[on_result],
+                  executor=executor)
     result = tuner.run()
     ok = [r for r in result.history if r.ok]
     if not ok:

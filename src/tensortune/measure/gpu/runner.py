@@ -28,6 +28,7 @@ the same way):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import queue
 import shutil
 import tempfile
@@ -80,6 +81,7 @@ class GpuRunner:
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self.cutoff_factor = cutoff_factor
+        self.env = dict(env or {})
         targets: list[int | None] = list(devices) if devices else [None]
         self._slots = [_Slot(d, env or {}, timeout) for d in targets]
         self._scratch = tempfile.mkdtemp(prefix="tensortune-gpu-")
@@ -285,6 +287,20 @@ class GpuRunner:
                                  None, rounds, timer, timeout=budget)
         return reply["confirmation"]
 
+    # -- elsewhere -----------------------------------------------------------------------
+    def remote_runner(self) -> Any:
+        """The recipe for measuring in a Ray actor that owns one GPU (`measure.executor`):
+        a runner of this task with one worker, which sees the actor's GPU as Ray set its
+        CUDA_VISIBLE_DEVICES; travelled builds are installed there first
+        (`triton_shipping.arrive`)."""
+        from ..executor import RemoteRunner
+        from ..triton_shipping import arrive
+
+        make = functools.partial(_actor_runner, self.task, self.timeout, self.startup_timeout, self.env,
+                                 self.cutoff_factor)
+        return RemoteRunner(make, unpack=arrive, timeout=4 * self.timeout + self.startup_timeout + 120,
+                            adopt=functools.partial(_adopted, self.task))
+
     # -- lifetime ------------------------------------------------------------------------
     def set_task(self, task: GpuTask) -> None:
         """Measure another task (other shapes, another kernel) with the same workers.
@@ -316,6 +332,20 @@ class GpuRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _actor_runner(task: GpuTask, timeout: float, startup_timeout: float, env: Mapping[str, str],
+                  cutoff_factor: float | None, index: int) -> GpuRunner:
+    return GpuRunner(task, timeout=timeout, startup_timeout=startup_timeout, env=env, cutoff_factor=cutoff_factor)
+
+
+def _adopted(task: GpuTask, old: Any) -> GpuRunner | None:
+    """An actor's runner of another task, given this one (its worker, with its CUDA
+    context, kept), or None when it is not a GpuRunner."""
+    if not isinstance(old, GpuRunner):
+        return None
+    old.set_task(task)
+    return old
 
 
 def _binary_digest(build: BuildResult) -> str:
