@@ -91,7 +91,9 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     split = [1]
     if tiles_128 < sms and k >= 1024:
         split = [1, 2, 4, 8, 16]
-    tails = [1, 2, 3, 4, 6, 8] if nb == 1 and tiles_128 >= sms // 2 and k >= 1024 else [1]
+    # the last wave split along K: a mostly idle last wave, or (fewer tiles than slots) every tile, as an
+    # in-kernel split-K that needs no second launch
+    tails = [1, 2, 3, 4, 6, 8] if nb == 1 and k >= 1024 else [1]
     params = [
         PowerOfTwo("BLOCK_M", 16, top_m),
         PowerOfTwo("BLOCK_N", 16, top_n),
@@ -152,9 +154,10 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     if tails != [1]:  # the first tiles again with the last wave split, where it is mostly idle
         tail_seeds: list[Config] = []
         for cfg in seeds[:8]:
-            want = _tail_split(cfg, m, n, k_inner, item, sms, tails)
+            whole = {**cfg, "SPLIT_K": 1}
+            want = _tail_split(whole, m, n, k_inner, item, sms, tails)
             if want > 1:
-                _add(space, tail_seeds, {**cfg, "TAIL_SPLIT": want, "TMA_STORE": False, "EPILOGUE_SPLIT": 1})
+                _add(space, tail_seeds, {**whole, "TAIL_SPLIT": want, "TMA_STORE": False, "EPILOGUE_SPLIT": 1})
         seeds = seeds[:2] + tail_seeds[:4] + seeds[2:]
     return Sketch(plan, space, tuple(seeds[:10]))
 
@@ -206,10 +209,12 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
         Categorical("MASK_SPLIT", [True, False] if causal else [True]),
         Categorical("REVERSE_M", [False, True] if causal and sq > 16 else [False]),
         Categorical("TMA", [False, True] if tma_reads(plan, options) is not None else [False]),
+        Categorical("WARP_SPECIALIZE", [False, True] if tma_reads(plan, options) is not None else [False]),
         Ordinal("num_warps", [2, 4, 8]),
         Ordinal("num_stages", [1, 2, 3, 4, 5]),
     ]
     constraints = [
+        "TMA or not WARP_SPECIALIZE",
         f"(BLOCK_M * {bd} + num_stages * BLOCK_N * {bd + be}) * {item} <= {SHARED_BYTES}",
         f"BLOCK_M * ({be} + BLOCK_N) <= num_warps * 32 * 192",  # accumulator and scores in registers
         "BLOCK_M * BLOCK_N >= num_warps * 32 * 4",
@@ -239,7 +244,7 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
             want = max(1, sms // max(1, programs))
             split = max(v for v in splits if v <= want and (v - 1) * bn < skv)
         _add(space, seeds, {"BLOCK_M": bm, "BLOCK_N": bn, "SPLIT_KV": split, "MASK_SPLIT": True, "REVERSE_M": reverse,
-                            "TMA": with_tma, "num_warps": w, "num_stages": st})
+                            "TMA": with_tma, "WARP_SPECIALIZE": False, "num_warps": w, "num_stages": st})
     return Sketch(plan, space, tuple(seeds[:10]))
 
 
