@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 if importlib.util.find_spec("triton") is None:  # not imported here: Triton decides at import whether it
     pytest.skip("triton is not installed", allow_module_level=True)  # interprets (the kernels run in workers)
 
-from tensortune.backends.triton import CodegenError, analyze, generate, sketch  # noqa: E402
+from tensortune.backends.triton import analyze, generate  # noqa: E402
 from tensortune.backends.triton.check import relative_error, source_error  # noqa: E402
 from tensortune.te import workloads as W  # noqa: E402
 from test_te_attention import exp_scaled_graph, scaled_q_graph  # noqa: E402
@@ -49,8 +49,6 @@ CASES = [
     ("tma-causal-gqa", attn(2, 4, 40, 40, 16, causal=True, kv_heads=2), {**SMALL, "TMA": True}),
     ("tma-padded-head-dims", attn(1, 2, 20, 24, 24, dv=40), {**SMALL, "TMA": True}),
     ("tma-split-kv-mask", attn(1, 2, 1, 100, 16, mask="bool"), {**SMALL, "TMA": True, "SPLIT_KV": 3}),
-    ("warp-specialized-causal", attn(1, 2, 40, 40, 16, causal=True), {**SMALL, "TMA": True, "WARP_SPECIALIZE": True}),
-    ("warp-specialized-partial-block", attn(1, 2, 24, 40, 16), {**SMALL, "TMA": True, "WARP_SPECIALIZE": True}),
     ("scale-on-q-normalised-after", lambda: scaled_q_graph(), SMALL),
     ("scale-in-exponent-added-mask", lambda: exp_scaled_graph(), SMALL),
 ]
@@ -98,19 +96,6 @@ def test_causal_kernels_skip_the_blocks_above_the_diagonal():
     full, masked = text.split("for start in range(full_hi, hi, 16):")
     assert "for start in range(lo, full_hi, 16):" in full and "<= m0" not in full.split("range(lo, full_hi")[1]
     assert "<= m0" in masked
-
-
-def test_warp_specialized_key_loops_need_tma():
-    plan = analyze(W.attention(1, 2, 64, 64, 16, causal=True).output)
-    text = generate(plan, {**SMALL, "TMA": True, "WARP_SPECIALIZE": True}).text
-    assert text.count("tl.range(") == 2 and text.count("warp_specialize=True") == 2  # below and on the diagonal
-    with pytest.raises(CodegenError, match="WARP_SPECIALIZE needs TMA"):
-        generate(plan, {**SMALL, "WARP_SPECIALIZE": True})
-    space = sketch(plan).space
-    assert "WARP_SPECIALIZE" in space.names
-    assert all(c["TMA"] for c in space.sample(200, seed=0) if c["WARP_SPECIALIZE"])
-    narrow = sketch(analyze(W.attention(1, 2, 64, 64, 12, dv=20).output)).space  # rows of 24 bytes: no TMA
-    assert not any(c["WARP_SPECIALIZE"] for c in narrow.sample(50, seed=0))
 
 
 SCRIPT = textwrap.dedent("""

@@ -18,9 +18,7 @@ the keys and columns past Dv are wrapped into range (their results are dropped o
 a -inf logit), the head dimension is zero-padded to a power of two.
 
 With TMA, the q, k and v tiles come through device-side tensor descriptors (Hopper's
-tensor memory accelerator) instead of pointer arithmetic. WARP_SPECIALIZE asks Triton to
-warp-specialize the key loops (`tl.range(..., warp_specialize=True)`: producer warps
-issue the loads while the others compute), which needs the TMA loads.
+tensor memory accelerator) instead of pointer arithmetic.
 
 SPLIT_KV > 1 divides the keys among programs (flash decoding: a decode step has one
 query per head, too few programs to fill the GPU); each writes its float32 accumulator,
@@ -55,7 +53,7 @@ from .source import (ALLOCATOR_HELPER, CodegenError, GenOptions, KernelSource, c
 LOG2E = 1.4426950408889634
 NEG_INF = '-float("inf")'
 DEFAULTS = {"BLOCK_M": 64, "BLOCK_N": 64, "MASK_SPLIT": True, "SPLIT_KV": 1, "REVERSE_M": False, "TMA": False,
-            "WARP_SPECIALIZE": False, "num_warps": 4, "num_stages": 2}
+            "num_warps": 4, "num_stages": 2}
 
 
 def pow2_at_least(x: int, low: int = 16) -> int:
@@ -113,8 +111,6 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
             raise CodegenError(f"{name}={v!r}: tl.dot needs a power of two of at least 16")
     if not isinstance(c["SPLIT_KV"], int) or c["SPLIT_KV"] < 1:
         raise CodegenError(f"SPLIT_KV={c['SPLIT_KV']!r} must be a positive integer")
-    if c["WARP_SPECIALIZE"] and not c["TMA"]:
-        raise CodegenError("WARP_SPECIALIZE needs TMA (the producer warps issue tensor-descriptor loads)")
     return c
 
 
@@ -287,16 +283,12 @@ def _bounds(x: _Context) -> tuple[list[str], str, str, str]:
 def _loops(x: _Context) -> list[str]:
     lines, lo, full_hi, hi = _bounds(x)
     if full_hi != lo:
-        lines += [_loop_head(x, lo, full_hi), *indent(_key_block(x, masked=False, prefix="f"), 1)]
+        lines += [f"for start in range({lo}, {full_hi}, {x.bn}):",
+                  *indent(_key_block(x, masked=False, prefix="f"), 1)]
     if x.plan.causal is not None or x.skv % x.bn != 0:
-        lines += [_loop_head(x, full_hi, hi), *indent(_key_block(x, masked=True, prefix="g"), 1)]
+        lines += [f"for start in range({full_hi}, {hi}, {x.bn}):",
+                  *indent(_key_block(x, masked=True, prefix="g"), 1)]
     return lines
-
-
-def _loop_head(x: _Context, lo: str, hi: str) -> str:
-    if x.c["WARP_SPECIALIZE"]:
-        return f"for start in tl.range({lo}, {hi}, {x.bn}, warp_specialize=True):"
-    return f"for start in range({lo}, {hi}, {x.bn}):"
 
 
 def _key_block(x: _Context, masked: bool, prefix: str) -> list[str]:

@@ -6,7 +6,9 @@ extent), with a BLOCK_K reduction step, GROUP_M grouped launch order, EPILOGUE_S
 tiles alone cannot fill the GPU's multiprocessors and K is long, PERSISTENT when there are
 more tiles than multiprocessors, TMA/TMA_STORE when both factors are plain row-major
 reads. Constraints keep the pipelined tiles within shared memory and the accumulator
-within registers. A convolution may copy its NCHW/KCRS inputs channels-last first
+within registers. A product too small to fill the GPU with 128x128 tiles is seeded first
+with the largest tile that fills one wave without split-K, and a short K loop with the
+persistent TMA kernel four stages deep. A convolution may copy its NCHW/KCRS inputs channels-last first
 (RELAYOUT), so its gathers load along the reduction. A rows kernel chooses BLOCK_R rows
 per program and a BLOCK_C column chunk (one pass when it covers the row); an elementwise
 kernel its BLOCK. Attention chooses BLOCK_M queries and BLOCK_N keys per step, warps and
@@ -91,9 +93,7 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     split = [1]
     if tiles_128 < sms and k >= 1024:
         split = [1, 2, 4, 8, 16]
-    # the last wave split along K: a mostly idle last wave, or (fewer tiles than slots) every tile, as an
-    # in-kernel split-K that needs no second launch
-    tails = [1, 2, 3, 4, 6, 8] if nb == 1 and k >= 1024 else [1]
+    tails = [1, 2, 3, 4, 6, 8] if nb == 1 and tiles_128 >= sms // 2 and k >= 1024 else [1]
     params = [
         PowerOfTwo("BLOCK_M", 16, top_m),
         PowerOfTwo("BLOCK_N", 16, top_n),
@@ -154,11 +154,25 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     if tails != [1]:  # the first tiles again with the last wave split, where it is mostly idle
         tail_seeds: list[Config] = []
         for cfg in seeds[:8]:
-            whole = {**cfg, "SPLIT_K": 1}
-            want = _tail_split(whole, m, n, k_inner, item, sms, tails)
+            want = _tail_split(cfg, m, n, k_inner, item, sms, tails)
             if want > 1:
-                _add(space, tail_seeds, {**whole, "TAIL_SPLIT": want, "TMA_STORE": False, "EPILOGUE_SPLIT": 1})
+                _add(space, tail_seeds, {**cfg, "TAIL_SPLIT": want, "TMA_STORE": False, "EPILOGUE_SPLIT": 1})
         seeds = seeds[:2] + tail_seeds[:4] + seeds[2:]
+    first: list[Config] = []
+    base = {"GROUP_M": 8, "SPLIT_K": 1, "PERSISTENT": False, "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1}
+    base.update({name: value for name, value in (("TAIL_SPLIT", 1), ("RELAYOUT", relayouts[0])) if name in space.names})
+    if tiles_128 <= sms and k_inner <= 4096:  # a small product: one wave of whole tiles, no split-K pass
+        for bm, bn, bk, w, s in ((128, 128, 64, 4, 5), (64, 128, 64, 4, 5), (128, 64, 64, 4, 5), (64, 64, 64, 4, 4)):
+            bm, bn, bk = min(bm, top_m), min(bn, top_n), min(bk, top_k)
+            if 0.75 * sms <= nb * -(-m // bm) * -(-n // bn) <= sms:
+                _add(space, first, {**base, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w,
+                                    "num_stages": s})
+                break
+    if k_inner <= 1024:  # a short K loop: every step in flight, the stores overlapping the next tile
+        _add(space, first, {**base, "BLOCK_M": min(128, top_m), "BLOCK_N": min(256, top_n), "BLOCK_K": min(64, top_k),
+                            "PERSISTENT": True, "TMA": True, "TMA_STORE": True, "EPILOGUE_SPLIT": 2, "num_warps": 8,
+                            "num_stages": 4})
+    seeds = first + [c for c in seeds if c not in first]
     return Sketch(plan, space, tuple(seeds[:10]))
 
 
@@ -209,12 +223,10 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
         Categorical("MASK_SPLIT", [True, False] if causal else [True]),
         Categorical("REVERSE_M", [False, True] if causal and sq > 16 else [False]),
         Categorical("TMA", [False, True] if tma_reads(plan, options) is not None else [False]),
-        Categorical("WARP_SPECIALIZE", [False, True] if tma_reads(plan, options) is not None else [False]),
         Ordinal("num_warps", [2, 4, 8]),
         Ordinal("num_stages", [1, 2, 3, 4, 5]),
     ]
     constraints = [
-        "TMA or not WARP_SPECIALIZE",
         f"(BLOCK_M * {bd} + num_stages * BLOCK_N * {bd + be}) * {item} <= {SHARED_BYTES}",
         f"BLOCK_M * ({be} + BLOCK_N) <= num_warps * 32 * 192",  # accumulator and scores in registers
         "BLOCK_M * BLOCK_N >= num_warps * 32 * 4",
@@ -244,7 +256,7 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
             want = max(1, sms // max(1, programs))
             split = max(v for v in splits if v <= want and (v - 1) * bn < skv)
         _add(space, seeds, {"BLOCK_M": bm, "BLOCK_N": bn, "SPLIT_KV": split, "MASK_SPLIT": True, "REVERSE_M": reverse,
-                            "TMA": with_tma, "WARP_SPECIALIZE": False, "num_warps": w, "num_stages": st})
+                            "TMA": with_tma, "num_warps": w, "num_stages": st})
     return Sketch(plan, space, tuple(seeds[:10]))
 
 
