@@ -32,10 +32,10 @@ import gpu_kernels as gk  # noqa: E402
 START = time.perf_counter()
 
 
-def _attention(bm: int, bn: int, warps: int, stages: int, tma: bool = True, ws: bool = False,
+def _attention(bm: int, bn: int, warps: int, stages: int, tma: bool = True, ahead: bool = False,
                reverse: bool = False) -> dict[str, Any]:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages, "TMA": tma,
-            "WARP_SPECIALIZE": ws, "REVERSE_M": reverse, "SPLIT_KV": 1, "MASK_SPLIT": True}
+            "SCORES_AHEAD": ahead, "REVERSE_M": reverse, "SPLIT_KV": 1, "MASK_SPLIT": True}
 
 
 def _mm(bm: int, bn: int, bk: int, warps: int, stages: int, *, persistent: bool = False, tma: bool = False,
@@ -48,24 +48,18 @@ def _mm(bm: int, bn: int, bk: int, warps: int, stages: int, *, persistent: bool 
     return cfg
 
 
-ATTENTION = [_attention(128, 64, 4, 2), _attention(128, 64, 4, 3), _attention(128, 64, 4, 4),
-             _attention(128, 64, 8, 2), _attention(128, 64, 8, 3), _attention(128, 128, 8, 2),
-             _attention(128, 128, 8, 3), _attention(64, 64, 4, 3), _attention(64, 128, 4, 3),
-             _attention(128, 64, 8, 3, tma=False), _attention(128, 128, 8, 2, tma=False),
-             _attention(128, 64, 4, 2, ws=True), _attention(128, 64, 4, 3, ws=True),
-             _attention(128, 64, 8, 3, ws=True), _attention(128, 128, 8, 2, ws=True),
-             _attention(128, 128, 8, 3, ws=True)]
-CAUSAL = ATTENTION + [_attention(128, 64, 4, 2, reverse=True), _attention(128, 128, 8, 3, reverse=True),
-                      _attention(128, 64, 4, 3, ws=True, reverse=True)]
+ATTENTION = [_attention(128, 64, 4, 2), _attention(128, 32, 4, 2, ahead=True),
+             _attention(128, 32, 4, 3, ahead=True), _attention(128, 64, 8, 2, ahead=True),
+             _attention(128, 64, 8, 3, ahead=True), _attention(128, 128, 8, 2, ahead=True),
+             _attention(64, 64, 4, 3, ahead=True), _attention(64, 64, 4, 3), _attention(128, 64, 8, 3, tma=False, ahead=True)]
+CAUSAL = ATTENTION + [_attention(128, 64, 8, 3, ahead=True, reverse=True)]
 
 VARIANTS: dict[str, list[dict[str, Any]]] = {
     "attn-fp16": ATTENTION,
     "attn-causal-fp16": CAUSAL,
     "square-1024": [
-        _mm(128, 128, 64, 4, 4, split_k=2), _mm(128, 128, 64, 4, 4, tail=2), _mm(128, 128, 64, 4, 4, tma=True, tail=2),
-        _mm(128, 128, 64, 8, 3, tail=2), _mm(64, 128, 64, 4, 4), _mm(64, 128, 64, 4, 5), _mm(64, 128, 64, 4, 4, tma=True),
-        _mm(64, 128, 128, 4, 3), _mm(128, 64, 64, 4, 4), _mm(128, 64, 64, 4, 4, tma=True), _mm(64, 64, 64, 4, 4),
-        _mm(64, 128, 64, 4, 4, tail=2), _mm(128, 256, 64, 8, 3, tail=4), _mm(64, 64, 64, 4, 4, tail=2)],
+        _mm(128, 128, 64, 4, 4, split_k=2), _mm(64, 128, 64, 4, 4), _mm(64, 128, 64, 4, 5), _mm(64, 128, 64, 4, 4, tma=True),
+        _mm(64, 128, 128, 4, 3), _mm(128, 64, 64, 4, 4), _mm(128, 64, 64, 4, 4, tma=True), _mm(64, 64, 64, 4, 4)],
     "square-2304": [
         _mm(128, 128, 64, 4, 4), _mm(128, 128, 64, 4, 4, tma=True), _mm(128, 128, 64, 4, 3), _mm(128, 128, 64, 8, 3),
         _mm(128, 256, 64, 8, 3, persistent=True, tma=True, tail=4), _mm(128, 256, 64, 8, 3, persistent=True, tma=True,

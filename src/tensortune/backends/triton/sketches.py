@@ -223,12 +223,14 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
         Categorical("MASK_SPLIT", [True, False] if causal else [True]),
         Categorical("REVERSE_M", [False, True] if causal and sq > 16 else [False]),
         Categorical("TMA", [False, True] if tma_reads(plan, options) is not None else [False]),
+        Categorical("SCORES_AHEAD", [False, True] if skv >= 2 * low_n else [False]),
         Ordinal("num_warps", [2, 4, 8]),
         Ordinal("num_stages", [1, 2, 3, 4, 5]),
     ]
     constraints = [
         f"(BLOCK_M * {bd} + num_stages * BLOCK_N * {bd + be}) * {item} <= {SHARED_BYTES}",
-        f"BLOCK_M * ({be} + BLOCK_N) <= num_warps * 32 * 192",  # accumulator and scores in registers
+        # the accumulator and the scores (two blocks of them with SCORES_AHEAD) in registers
+        f"BLOCK_M * ({be} + BLOCK_N * (1 + SCORES_AHEAD)) <= num_warps * 32 * 192",
         "BLOCK_M * BLOCK_N >= num_warps * 32 * 4",
         "num_warps < 8 or BLOCK_M >= 64",
         f"(SPLIT_KV - 1) * BLOCK_N < {skv}",  # every share of the keys holds a block
@@ -245,10 +247,12 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
     tma = tma_reads(plan, options) is not None
     # the first tiles also with TMA loads and (causal) with the longest query blocks first
     reverse = causal and sq > 16
-    variants = [(tiles[0], False, False), (tiles[0], tma, False), (tiles[1], False, False), (tiles[0], False, reverse),
-                (tiles[2], False, False), (tiles[1], tma, False)] + [(t, False, False) for t in tiles[3:]]
+    variants = [(tiles[0], False, False, False), (tiles[0], tma, False, False), (tiles[0], tma, False, True),
+                (tiles[1], False, False, False), (tiles[0], False, reverse, False), (tiles[2], False, False, False),
+                (tiles[1], tma, False, False), ((tiles[0][0], 32, 4, 3), tma, False, True)]
+    variants += [(t, False, False, False) for t in tiles[3:]]
     seeds: list[Config] = []
-    for (bm, bn, w, st), with_tma, reverse in variants:
+    for (bm, bn, w, st), with_tma, reverse, ahead in variants:
         bm, bn = min(bm, top_m), min(bn, top_n)
         programs = nb * -(-sq // bm)
         split = 1
@@ -256,7 +260,7 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
             want = max(1, sms // max(1, programs))
             split = max(v for v in splits if v <= want and (v - 1) * bn < skv)
         _add(space, seeds, {"BLOCK_M": bm, "BLOCK_N": bn, "SPLIT_KV": split, "MASK_SPLIT": True, "REVERSE_M": reverse,
-                            "TMA": with_tma, "num_warps": w, "num_stages": st})
+                            "TMA": with_tma, "SCORES_AHEAD": ahead, "num_warps": w, "num_stages": st})
     return Sketch(plan, space, tuple(seeds[:10]))
 
 
