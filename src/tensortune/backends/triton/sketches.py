@@ -6,9 +6,9 @@ extent), with a BLOCK_K reduction step, GROUP_M grouped launch order, EPILOGUE_S
 tiles alone cannot fill the GPU's multiprocessors and K is long, PERSISTENT when there are
 more tiles than multiprocessors, TMA/TMA_STORE when both factors are plain row-major
 reads. Constraints keep the pipelined tiles within shared memory and the accumulator
-within registers. A product too small to fill the GPU with 128x128 tiles is seeded first
-with the largest tile that fills one wave without split-K, and a short K loop with the
-persistent TMA kernel four stages deep. A convolution may copy its NCHW/KCRS inputs channels-last first
+within registers. A product of a few waves at most is seeded first with a tile that
+makes one mostly full wave without split-K (counting the programs a multiprocessor
+holds), and a short K loop with the persistent TMA kernel four stages deep. A convolution may copy its NCHW/KCRS inputs channels-last first
 (RELAYOUT), so its gathers load along the reduction. A rows kernel chooses BLOCK_R rows
 per program and a BLOCK_C column chunk (one pass when it covers the row); an elementwise
 kernel its BLOCK. Attention chooses BLOCK_M queries and BLOCK_N keys per step, warps and
@@ -161,10 +161,11 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     first: list[Config] = []
     base = {"GROUP_M": 8, "SPLIT_K": 1, "PERSISTENT": False, "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1}
     base.update({name: value for name, value in (("TAIL_SPLIT", 1), ("RELAYOUT", relayouts[0])) if name in space.names})
-    if tiles_128 <= sms and k_inner <= 4096:  # a small product: one wave of whole tiles, no split-K pass
-        for bm, bn, bk, w, s in ((128, 128, 64, 4, 5), (64, 128, 64, 4, 5), (128, 64, 64, 4, 5), (64, 64, 64, 4, 4)):
+    if k_inner <= 4096:  # a product of a few waves at most: one mostly full wave of whole tiles, no split-K pass
+        for bm, bn, bk, w, s in FILL_TILES:
             bm, bn, bk = min(bm, top_m), min(bn, top_n), min(bk, top_k)
-            if 0.75 * sms <= nb * -(-m // bm) * -(-n // bn) <= sms:
+            slots = sms * programs_per_sm(bm, bn, bk, w, s, item)
+            if 0.75 * slots <= nb * -(-m // bm) * -(-n // bn) <= slots:
                 _add(space, first, {**base, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w,
                                     "num_stages": s})
                 break
@@ -174,6 +175,18 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
                             "num_stages": 4})
     seeds = first + [c for c in seeds if c not in first]
     return Sketch(plan, space, tuple(seeds[:10]))
+
+
+# tiles that can make one wave: deep pipelines with one program per SM, or shallow ones with three
+FILL_TILES = ((128, 128, 64, 4, 5), (64, 128, 64, 4, 5), (128, 64, 64, 4, 5), (128, 128, 64, 4, 2), (64, 64, 64, 4, 4))
+
+
+def programs_per_sm(bm: int, bn: int, bk: int, warps: int, stages: int, item: int = HALF_BYTES) -> int:
+    """Programs of a tiling one multiprocessor holds, by shared memory and registers (the
+    accumulator plus about 40 registers a thread), at most 4."""
+    smem = (bm * bk + bk * bn) * item * stages
+    regs = warps * 32 * (bm * bn // (warps * 32) + 40)
+    return max(1, min(4, SHARED_BYTES // smem, 65536 // regs))
 
 
 def _tail_split(cfg: Config, m: int, n: int, k_inner: int, item: int, sms: int, tails: list[int]) -> int:
