@@ -51,15 +51,17 @@ def _mm(bm: int, bn: int, bk: int, warps: int, stages: int, *, persistent: bool 
 ATTENTION = [_attention(128, 64, 4, 2), _attention(128, 32, 4, 2, ahead=True),
              _attention(128, 32, 4, 3, ahead=True), _attention(128, 64, 8, 2, ahead=True),
              _attention(128, 64, 8, 3, ahead=True), _attention(128, 128, 8, 2, ahead=True),
-             _attention(64, 64, 4, 3, ahead=True), _attention(64, 64, 4, 3), _attention(128, 64, 8, 3, tma=False, ahead=True)]
+             _attention(64, 64, 4, 3, ahead=True), _attention(64, 64, 4, 3),
+             _attention(128, 64, 8, 3, tma=False, ahead=True)]
 CAUSAL = ATTENTION + [_attention(128, 64, 8, 3, ahead=True, reverse=True)]
 
 VARIANTS: dict[str, list[dict[str, Any]]] = {
     "attn-fp16": ATTENTION,
     "attn-causal-fp16": CAUSAL,
     "square-1024": [
-        _mm(128, 128, 64, 4, 4, split_k=2), _mm(64, 128, 64, 4, 4), _mm(64, 128, 64, 4, 5), _mm(64, 128, 64, 4, 4, tma=True),
-        _mm(64, 128, 128, 4, 3), _mm(128, 64, 64, 4, 4), _mm(128, 64, 64, 4, 4, tma=True), _mm(64, 64, 64, 4, 4)],
+        _mm(128, 128, 64, 4, 4, split_k=2), _mm(64, 128, 64, 4, 4), _mm(64, 128, 64, 4, 5),
+        _mm(64, 128, 64, 4, 4, tma=True), _mm(64, 128, 128, 4, 3), _mm(128, 64, 64, 4, 4),
+        _mm(128, 64, 64, 4, 4, tma=True), _mm(64, 64, 64, 4, 4)],
     "square-2304": [
         _mm(128, 128, 64, 4, 4), _mm(128, 128, 64, 4, 4, tma=True), _mm(128, 128, 64, 4, 3), _mm(128, 128, 64, 8, 3),
         _mm(128, 256, 64, 8, 3, persistent=True, tma=True, tail=4), _mm(128, 256, 64, 8, 3, persistent=True, tma=True,

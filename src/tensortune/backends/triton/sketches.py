@@ -8,12 +8,14 @@ more tiles than multiprocessors, TMA/TMA_STORE when both factors are plain row-m
 reads. Constraints keep the pipelined tiles within shared memory and the accumulator
 within registers. A product of a few waves at most is seeded first with a tile that
 makes one mostly full wave without split-K (counting the programs a multiprocessor
-holds), and a short K loop with the persistent TMA kernel four stages deep. A convolution may copy its NCHW/KCRS inputs channels-last first
-(RELAYOUT), so its gathers load along the reduction. A rows kernel chooses BLOCK_R rows
+holds), and a short K loop with the persistent TMA kernel four stages deep. A
+convolution may copy its NCHW/KCRS inputs channels-last first (RELAYOUT), so its
+gathers load along the reduction. A rows kernel chooses BLOCK_R rows
 per program and a BLOCK_C column chunk (one pass when it covers the row); an elementwise
 kernel its BLOCK. Attention chooses BLOCK_M queries and BLOCK_N keys per step, warps and
 pipeline stages, SPLIT_KV (keys shared among programs when the queries alone cannot
-fill the GPU, as in a decode step), TMA (tiles loaded through tensor descriptors) and,
+fill the GPU, as in a decode step), TMA (tiles loaded through tensor descriptors),
+SCORES_AHEAD (the next key block's scores issued before the current softmax) and,
 when causal, MASK_SPLIT (blocks below the diagonal looped without the mask) and
 REVERSE_M (the longest query blocks first). A contraction whose last wave of tiles would
 leave most multiprocessors idle may split that wave's tiles along K (TAIL_SPLIT, seeded
