@@ -302,8 +302,8 @@ def _loops(x: _Context) -> list[str]:
 def _key_block(x: _Context, masked: bool, prefix: str) -> list[str]:
     """One BLOCK_N step of the online softmax."""
     lines = _block_index(x, "start", "", masked)
-    lines += _scores(x, "", prefix, "s")
-    return lines + _update(x, "", prefix, "s", masked)
+    lines += _scores(x, "start", "", prefix, "s")
+    return lines + _update(x, "start", "", prefix, "s", masked)
 
 
 def _ahead_loop(x: _Context, lo: str, full_hi: str) -> list[str]:
@@ -313,12 +313,14 @@ def _ahead_loop(x: _Context, lo: str, full_hi: str) -> list[str]:
     full = (x.skv // x.bn) * x.bn
     # the first block, in range even when this program has no whole block (its scores are then unused)
     lines = [f"start_p = {min(int(lo), full - x.bn)}" if lo.isdigit() else f"start_p = tl.minimum({lo}, {full - x.bn})"]
-    lines += _block_index(x, "start_p", "_p", False) + _scores(x, "_p", "pk", "s_cur")
-    body = _block_index(x, "start", "_a", False) + _scores(x, "_a", "ak", "s_nxt")
-    body += [f"prev = start - {x.bn}"] + _block_index(x, "prev", "_b", False) + _update(x, "_b", "a", "s_cur", False)
+    lines += _block_index(x, "start_p", "_p", False) + _scores(x, "start_p", "_p", "pk", "s_cur")
+    body = _block_index(x, "start", "_a", False) + _scores(x, "start", "_a", "ak", "s_nxt")
+    body += [f"prev = start - {x.bn}"] + _block_index(x, "prev", "_b", False)
+    body += _update(x, "prev", "_b", "a", "s_cur", False)
     body += ["s_cur = s_nxt"]
     lines += [f"for start in range({lo} + {x.bn}, {full_hi}, {x.bn}):", *indent(body, 1)]
-    last = [f"last = {full_hi} - {x.bn}"] + _block_index(x, "last", "_t", False) + _update(x, "_t", "z", "s_cur", False)
+    last = [f"last = {full_hi} - {x.bn}"] + _block_index(x, "last", "_t", False)
+    last += _update(x, "last", "_t", "z", "s_cur", False)
     return lines + [f"if {full_hi} > {lo}:", *indent(last, 1)]
 
 
@@ -332,12 +334,11 @@ def _block_index(x: _Context, start: str, sfx: str, masked: bool) -> list[str]:
             f"n_k{sfx} = {rn}_in[None, :]", f"n_s{sfx} = {rn}_in[None, :]", f"n_v{sfx} = {rn}_in[:, None]"]
 
 
-def _scores(x: _Context, sfx: str, prefix: str, out: str) -> list[str]:
-    """`out = q @ k^T` of the block indexed with suffix `sfx`."""
+def _scores(x: _Context, start: str, sfx: str, prefix: str, out: str) -> list[str]:
+    """`out = q @ k^T` of the block at `start` (its key indices have suffix `sfx`)."""
     plan = x.plan
     lines: list[str] = []
     if x.tma is not None:
-        start = {"": "start", "_p": "start_p", "_a": "start"}[sfx]
         kt = f"tl.trans(k_desc.load([k_row + {start}, 0]))"
     else:
         ek = x.emitter({plan.key.var: f"n_k{sfx}", plan.head.var: "dk"}, f"{prefix}k",
@@ -349,11 +350,11 @@ def _scores(x: _Context, sfx: str, prefix: str, out: str) -> list[str]:
     return lines + [f"{out} = tl.dot(q, {kt}{x.precision(x.qk_type)})"]
 
 
-def _update(x: _Context, sfx: str, prefix: str, s: str, masked: bool) -> list[str]:
-    """The online-softmax step of the block indexed with suffix `sfx`, whose scores are `s`."""
+def _update(x: _Context, start: str, sfx: str, prefix: str, s: str, masked: bool) -> list[str]:
+    """The online-softmax step of the block at `start` (key indices with suffix `sfx`), whose
+    scores are `s`."""
     plan = x.plan
     wrap = masked and x.skv % x.bn != 0
-    start = {"": "start", "_b": "prev", "_t": "last"}[sfx]
     logits = plan.logits if masked else plan.logits_inside
     el = x.emitter({plan.query.var: "m0", plan.key.var: f"n_s{sfx}", SCORE: s}, f"{prefix}l")
     t = el.value(logits)
