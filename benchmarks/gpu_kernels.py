@@ -11,8 +11,8 @@ flushed before every run, median) in interleaved rounds:
   with bias, and grouped 3x3 convolutions (ResNeXt's 8 channels per group, 32 per group)
   against cuDNN (`F.conv2d`, eager) and `torch.compile` of the same function;
 - attention (batch 4, 32 heads, 4096 queries and keys, head 128; causal and not; float16
-  and bfloat16) against `scaled_dot_product_attention` on its flash backend and
-  `torch.compile` of it;
+  and bfloat16) against `scaled_dot_product_attention` on its flash backend, on its cuDNN
+  backend (where this build has it) and `torch.compile` of it;
 - matmul (float16): 20 shapes (square, tall, skinny, deep-K, LLM projections) against
   cuBLAS (`torch.matmul`).
 
@@ -177,7 +177,11 @@ def attention_case(name: str, b: int, h: int, s: int, d: int, causal: bool, dtyp
         def flash() -> Any:
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
                 return sdpa(q, k, v)
-        return {"flash": flash, "compile": compiled(sdpa, [q, k, v])}
+
+        def cudnn() -> Any:
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return sdpa(q, k, v)
+        return {"flash": flash, "cudnn": available(cudnn), "compile": compiled(sdpa, [q, k, v])}
 
     def reference(given: dict[str, Any]) -> Any:
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -261,6 +265,19 @@ def compiled(fn: Callable[..., Any], args: list[Any], library: bool = False) -> 
     f(*args)  # compiled here, not inside the timing
     torch.cuda.synchronize()
     return lambda: f(*args)
+
+
+def available(fn: Callable[[], Any]) -> Callable[[], Any] | None:
+    """`fn` if it runs here (a backend this GPU and build support), else None (skipped)."""
+    assert ARGS is not None
+    if ARGS.quick:
+        return None
+    try:
+        fn()
+    except RuntimeError as exc:
+        print(f"peer skipped: {exc}".splitlines()[0][:200], flush=True)
+        return None
+    return fn
 
 
 def late() -> bool:

@@ -148,6 +148,23 @@ def test_gpu_kernels_benchmark_runs_on_the_cpu(tmp_path):
     assert "geometric mean" in done.stdout
 
 
+def test_gpu_variants_measures_each_listed_configuration_on_the_cpu(tmp_path):
+    """benchmarks/gpu_variants.py --quick: each case's first seeds measured (checked, timed) in
+    Triton's interpreter, the fastest timed beside its peers, every configuration in the JSON."""
+    pytest.importorskip("triton")
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_variants.py"), "--quick", "--cases",
+               "attn-causal-fp16,square-64", "--out", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    cases = json.loads((tmp_path / "gpu_variants.json").read_text())["cases"]
+    assert set(cases) == {"attn-causal-fp16", "square-64"}
+    for row in cases.values():
+        assert row["correct"] and len(row["variants"]) == 3 and all(v["us"] for v in row["variants"])
+        assert row["config"] in [v["config"] for v in row["variants"]]
+    assert "SCORES_AHEAD=" in done.stdout
+
+
 def test_gpu_kernels_benchmark_says_it_needs_a_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

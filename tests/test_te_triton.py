@@ -309,6 +309,17 @@ def test_short_rows_are_taken_many_a_program():
     assert max(c["BLOCK_R"] for c in softmax.space.sample(100, seed=0)) <= 16
 
 
+def test_small_and_short_k_products_are_seeded_with_what_won_them_on_the_h100():
+    def first(m, n, k):
+        c = sketch(analyze(workloads.matmul(m, n, k, "float16").output)).seeds[0]
+        return (c["BLOCK_M"], c["BLOCK_N"], c["num_stages"], c["SPLIT_K"], c["PERSISTENT"], c["TMA_STORE"])
+    assert first(1024, 1024, 1024) == (64, 128, 5, 1, False, False)  # 128 tiles: one wave, no split-K pass
+    assert first(512, 4096, 4096) == (128, 128, 5, 1, False, False)  # 128x128 tiles already fill it
+    assert first(8192, 8192, 256) == (128, 256, 4, 1, True, True)    # four K steps, all in flight
+    assert first(4096, 4096, 4096) == (128, 256, 3, 1, False, False)  # large products keep their seeds
+    assert first(1024, 1024, 16384)[3] > 1                            # a long K still splits
+
+
 def test_split_k_sketches_never_propose_what_the_generator_rejects():
     # a skinny, long-K matmul: both SPLIT_K > 1 and TMA stores are in its sketch, never together
     # (the H100 sketch space measured 480 such configurations, all rejected at code generation)

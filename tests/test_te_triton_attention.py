@@ -49,6 +49,12 @@ CASES = [
     ("tma-causal-gqa", attn(2, 4, 40, 40, 16, causal=True, kv_heads=2), {**SMALL, "TMA": True}),
     ("tma-padded-head-dims", attn(1, 2, 20, 24, 24, dv=40), {**SMALL, "TMA": True}),
     ("tma-split-kv-mask", attn(1, 2, 1, 100, 16, mask="bool"), {**SMALL, "TMA": True, "SPLIT_KV": 3}),
+    ("ahead-causal-gqa", attn(2, 4, 40, 40, 16, causal=True, kv_heads=2), {**SMALL, "SCORES_AHEAD": True}),
+    ("ahead-float-mask-partial-block", attn(2, 2, 16, 40, 16, mask="float"), {**SMALL, "SCORES_AHEAD": True}),
+    ("ahead-one-whole-block", attn(1, 2, 16, 20, 16), {**SMALL, "SCORES_AHEAD": True}),
+    ("ahead-tma-causal-reversed", attn(1, 2, 48, 48, 16, causal=True), {**SMALL, "SCORES_AHEAD": True, "TMA": True,
+                                                                       "REVERSE_M": True}),
+    ("ahead-tma-split-kv", attn(1, 2, 1, 100, 16), {**SMALL, "SCORES_AHEAD": True, "TMA": True, "SPLIT_KV": 3}),
     ("scale-on-q-normalised-after", lambda: scaled_q_graph(), SMALL),
     ("scale-in-exponent-added-mask", lambda: exp_scaled_graph(), SMALL),
 ]
@@ -96,6 +102,14 @@ def test_causal_kernels_skip_the_blocks_above_the_diagonal():
     full, masked = text.split("for start in range(full_hi, hi, 16):")
     assert "for start in range(lo, full_hi, 16):" in full and "<= m0" not in full.split("range(lo, full_hi")[1]
     assert "<= m0" in masked
+
+
+def test_scores_ahead_issue_the_next_product_before_the_softmax():
+    text = generate(analyze(W.attention(1, 2, 64, 64, 16).output), {**SMALL, "SCORES_AHEAD": True}).text
+    loop = text.split("for start in range(0 + 16, 64, 16):")[1].split("if 64 > 0:")[0]
+    assert loop.index("s_nxt = tl.dot(q,") < loop.index("tl.math.exp2") < loop.index("s_cur = s_nxt")
+    assert "v_row" not in loop and "prev = start - 16" in loop  # the values of the block whose scores are done
+    assert text.count("tl.dot(q,") == 2  # the first block before the loop, the next one in it
 
 
 SCRIPT = textwrap.dedent("""

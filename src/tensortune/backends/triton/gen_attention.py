@@ -20,6 +20,11 @@ a -inf logit), the head dimension is zero-padded to a power of two.
 With TMA, the q, k and v tiles come through device-side tensor descriptors (Hopper's
 tensor memory accelerator) instead of pointer arithmetic.
 
+With SCORES_AHEAD, the loop over whole key blocks computes the scores one block ahead:
+each step issues `q @ k^T` of the next block before the softmax and `p @ v` of the
+current one (which do not depend on it), so that the tensor cores can work while the
+exponentials are computed (the overlap FlashAttention-3 gets within a warpgroup).
+
 SPLIT_KV > 1 divides the keys among programs (flash decoding: a decode step has one
 query per head, too few programs to fill the GPU); each writes its float32 accumulator,
 max and sum to a workspace, and a second kernel combines them and applies the output
@@ -53,7 +58,7 @@ from .source import (ALLOCATOR_HELPER, CodegenError, GenOptions, KernelSource, c
 LOG2E = 1.4426950408889634
 NEG_INF = '-float("inf")'
 DEFAULTS = {"BLOCK_M": 64, "BLOCK_N": 64, "MASK_SPLIT": True, "SPLIT_KV": 1, "REVERSE_M": False, "TMA": False,
-            "num_warps": 4, "num_stages": 2}
+            "SCORES_AHEAD": False, "num_warps": 4, "num_stages": 2}
 
 
 def pow2_at_least(x: int, low: int = 16) -> int:
@@ -283,8 +288,11 @@ def _bounds(x: _Context) -> tuple[list[str], str, str, str]:
 def _loops(x: _Context) -> list[str]:
     lines, lo, full_hi, hi = _bounds(x)
     if full_hi != lo:
-        lines += [f"for start in range({lo}, {full_hi}, {x.bn}):",
-                  *indent(_key_block(x, masked=False, prefix="f"), 1)]
+        if x.c["SCORES_AHEAD"] and x.skv >= x.bn:
+            lines += _ahead_loop(x, lo, full_hi)
+        else:
+            lines += [f"for start in range({lo}, {full_hi}, {x.bn}):",
+                      *indent(_key_block(x, masked=False, prefix="f"), 1)]
     if x.plan.causal is not None or x.skv % x.bn != 0:
         lines += [f"for start in range({full_hi}, {hi}, {x.bn}):",
                   *indent(_key_block(x, masked=True, prefix="g"), 1)]
@@ -293,44 +301,82 @@ def _loops(x: _Context) -> list[str]:
 
 def _key_block(x: _Context, masked: bool, prefix: str) -> list[str]:
     """One BLOCK_N step of the online softmax."""
-    plan = x.plan
+    lines = _block_index(x, "start", "", masked)
+    lines += _scores(x, "start", "", prefix, "s")
+    return lines + _update(x, "start", "", prefix, "s", masked)
+
+
+def _ahead_loop(x: _Context, lo: str, full_hi: str) -> list[str]:
+    """The loop over whole key blocks with the scores one block ahead: each step issues
+    `q @ k^T` of the next block before the softmax and `p @ v` of the current one, which
+    do not depend on it, so the tensor cores and the exponentials can overlap."""
+    full = (x.skv // x.bn) * x.bn
+    # the first block, in range even when this program has no whole block (its scores are then unused)
+    lines = [f"start_p = {min(int(lo), full - x.bn)}" if lo.isdigit() else f"start_p = tl.minimum({lo}, {full - x.bn})"]
+    lines += _block_index(x, "start_p", "_p", False) + _scores(x, "start_p", "_p", "pk", "s_cur")
+    body = _block_index(x, "start", "_a", False) + _scores(x, "start", "_a", "ak", "s_nxt")
+    body += [f"prev = start - {x.bn}"] + _block_index(x, "prev", "_b", False)
+    body += _update(x, "prev", "_b", "a", "s_cur", False)
+    body += ["s_cur = s_nxt"]
+    lines += [f"for start in range({lo} + {x.bn}, {full_hi}, {x.bn}):", *indent(body, 1)]
+    last = [f"last = {full_hi} - {x.bn}"] + _block_index(x, "last", "_t", False)
+    last += _update(x, "last", "_t", "z", "s_cur", False)
+    return lines + [f"if {full_hi} > {lo}:", *indent(last, 1)]
+
+
+def _block_index(x: _Context, start: str, sfx: str, masked: bool) -> list[str]:
+    """The keys of the block at `start`: rn (unwrapped), and the key index of the k, score
+    and v tiles (n_k, n_s, n_v, with suffix `sfx`)."""
     wrap = masked and x.skv % x.bn != 0
-    lines = [f"start = tl.multiple_of(start, {x.bn})", f"rn = start + tl.arange(0, {x.bn})"]
-    lines += [f"rn_in = rn % {x.skv}" if wrap else "rn_in = rn",
-              "n_k = rn_in[None, :]", "n_s = rn_in[None, :]", "n_v = rn_in[:, None]"]
+    rn = f"rn{sfx}"
+    return [f"{start} = tl.multiple_of({start}, {x.bn})", f"{rn} = {start} + tl.arange(0, {x.bn})",
+            f"{rn}_in = {rn} % {x.skv}" if wrap else f"{rn}_in = {rn}",
+            f"n_k{sfx} = {rn}_in[None, :]", f"n_s{sfx} = {rn}_in[None, :]", f"n_v{sfx} = {rn}_in[:, None]"]
+
+
+def _scores(x: _Context, start: str, sfx: str, prefix: str, out: str) -> list[str]:
+    """`out = q @ k^T` of the block at `start` (its key indices have suffix `sfx`)."""
+    plan = x.plan
+    lines: list[str] = []
     if x.tma is not None:
-        kt = "tl.trans(k_desc.load([k_row + start, 0]))"
+        kt = f"tl.trans(k_desc.load([k_row + {start}, 0]))"
     else:
-        ek = x.emitter({plan.key.var: "n_k", plan.head.var: "dk"}, f"{prefix}k",
+        ek = x.emitter({plan.key.var: f"n_k{sfx}", plan.head.var: "dk"}, f"{prefix}k",
                        {plan.head.var: "d_k"} if x.bd != x.d else None)
         kt = ek.native(plan.k_factor, x.qk_type)
         lines += ek.lines
         if x.bd != x.d:
             lines += [f"{kt} = tl.where(d_k, {kt}, 0)"]
-    lines += [f"s = tl.dot(q, {kt}{x.precision(x.qk_type)})"]
+    return lines + [f"{out} = tl.dot(q, {kt}{x.precision(x.qk_type)})"]
+
+
+def _update(x: _Context, start: str, sfx: str, prefix: str, s: str, masked: bool) -> list[str]:
+    """The online-softmax step of the block at `start` (key indices with suffix `sfx`), whose
+    scores are `s`."""
+    plan = x.plan
+    wrap = masked and x.skv % x.bn != 0
     logits = plan.logits if masked else plan.logits_inside
-    el = x.emitter({plan.query.var: "m0", plan.key.var: "n_s", SCORE: "s"}, f"{prefix}l")
+    el = x.emitter({plan.query.var: "m0", plan.key.var: f"n_s{sfx}", SCORE: s}, f"{prefix}l")
     t = el.value(logits)
-    lines += el.lines + [f"t = tl.broadcast_to({t}, ({x.bm}, {x.bn}))"]
+    lines = el.lines + [f"t = tl.broadcast_to({t}, ({x.bm}, {x.bn}))"]
     if wrap:
-        lines += [f"t = tl.where((rn < {x.skv})[None, :], t, {NEG_INF})"]
+        lines += [f"t = tl.where((rn{sfx} < {x.skv})[None, :], t, {NEG_INF})"]
     if x.tma is not None:
-        v_lines, v = [], "v_desc.load([v_row + start, 0])"
+        v_lines, v = [], f"v_desc.load([v_row + {start}, 0])"
     else:
-        ev = x.emitter({plan.key.var: "n_v", plan.value.var: "e_v"}, f"{prefix}v")
+        ev = x.emitter({plan.key.var: f"n_v{sfx}", plan.value.var: "e_v"}, f"{prefix}v")
         v = ev.native(plan.v_factor, x.pv_type)
         v_lines = ev.lines
     scale = literal(x.scale)
-    lines += ["m_new = tl.maximum(m_i, tl.max(t, 1))",
-              "m_use = tl.where(m_new == -float(\"inf\"), 0.0, m_new)",
-              f"alpha = tl.math.exp2((m_i - m_use) * {scale})",
-              f"p = tl.math.exp2(t * {scale} - (m_use * {scale})[:, None])",
-              "l_i = l_i * alpha + tl.sum(p, 1)",
-              "acc = acc * alpha[:, None]",
-              *v_lines,
-              f"acc = tl.dot(p.to({TL_TYPES[x.pv_type]}), {v}, acc{x.precision(x.pv_type)})",
-              "m_i = m_new"]
-    return lines
+    return lines + ["m_new = tl.maximum(m_i, tl.max(t, 1))",
+                    "m_use = tl.where(m_new == -float(\"inf\"), 0.0, m_new)",
+                    f"alpha = tl.math.exp2((m_i - m_use) * {scale})",
+                    f"p = tl.math.exp2(t * {scale} - (m_use * {scale})[:, None])",
+                    "l_i = l_i * alpha + tl.sum(p, 1)",
+                    "acc = acc * alpha[:, None]",
+                    *v_lines,
+                    f"acc = tl.dot(p.to({TL_TYPES[x.pv_type]}), {v}, acc{x.precision(x.pv_type)})",
+                    "m_i = m_new"]
 
 
 def _finish(x: _Context, acc: str, l_name: str, m_name: str) -> list[str]:

@@ -6,12 +6,16 @@ extent), with a BLOCK_K reduction step, GROUP_M grouped launch order, EPILOGUE_S
 tiles alone cannot fill the GPU's multiprocessors and K is long, PERSISTENT when there are
 more tiles than multiprocessors, TMA/TMA_STORE when both factors are plain row-major
 reads. Constraints keep the pipelined tiles within shared memory and the accumulator
-within registers. A convolution may copy its NCHW/KCRS inputs channels-last first
-(RELAYOUT), so its gathers load along the reduction. A rows kernel chooses BLOCK_R rows
+within registers. A product of a few waves at most is seeded first with a tile that
+makes one mostly full wave without split-K (counting the programs a multiprocessor
+holds), and a short K loop with the persistent TMA kernel four stages deep. A
+convolution may copy its NCHW/KCRS inputs channels-last first (RELAYOUT), so its
+gathers load along the reduction. A rows kernel chooses BLOCK_R rows
 per program and a BLOCK_C column chunk (one pass when it covers the row); an elementwise
 kernel its BLOCK. Attention chooses BLOCK_M queries and BLOCK_N keys per step, warps and
 pipeline stages, SPLIT_KV (keys shared among programs when the queries alone cannot
-fill the GPU, as in a decode step), TMA (tiles loaded through tensor descriptors) and,
+fill the GPU, as in a decode step), TMA (tiles loaded through tensor descriptors),
+SCORES_AHEAD (the next key block's scores issued before the current softmax) and,
 when causal, MASK_SPLIT (blocks below the diagonal looped without the mask) and
 REVERSE_M (the longest query blocks first). A contraction whose last wave of tiles would
 leave most multiprocessors idle may split that wave's tiles along K (TAIL_SPLIT, seeded
@@ -156,7 +160,35 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
             if want > 1:
                 _add(space, tail_seeds, {**cfg, "TAIL_SPLIT": want, "TMA_STORE": False, "EPILOGUE_SPLIT": 1})
         seeds = seeds[:2] + tail_seeds[:4] + seeds[2:]
+    first: list[Config] = []
+    base = {"GROUP_M": 8, "SPLIT_K": 1, "PERSISTENT": False, "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1}
+    base.update({name: value for name, value in (("TAIL_SPLIT", 1), ("RELAYOUT", relayouts[0])) if name in space.names})
+    if k_inner <= 4096:  # a product of a few waves at most: one mostly full wave of whole tiles, no split-K pass
+        for bm, bn, bk, w, s in FILL_TILES:
+            bm, bn, bk = min(bm, top_m), min(bn, top_n), min(bk, top_k)
+            slots = sms * programs_per_sm(bm, bn, bk, w, s, item)
+            if 0.75 * slots <= nb * -(-m // bm) * -(-n // bn) <= slots:
+                _add(space, first, {**base, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w,
+                                    "num_stages": s})
+                break
+    if k_inner <= 1024:  # a short K loop: every step in flight, the stores overlapping the next tile
+        _add(space, first, {**base, "BLOCK_M": min(128, top_m), "BLOCK_N": min(256, top_n), "BLOCK_K": min(64, top_k),
+                            "PERSISTENT": True, "TMA": True, "TMA_STORE": True, "EPILOGUE_SPLIT": 2, "num_warps": 8,
+                            "num_stages": 4})
+    seeds = first + [c for c in seeds if c not in first]
     return Sketch(plan, space, tuple(seeds[:10]))
+
+
+# tiles that can make one wave: deep pipelines with one program per SM, or shallow ones with three
+FILL_TILES = ((128, 128, 64, 4, 5), (64, 128, 64, 4, 5), (128, 64, 64, 4, 5), (128, 128, 64, 4, 2), (64, 64, 64, 4, 4))
+
+
+def programs_per_sm(bm: int, bn: int, bk: int, warps: int, stages: int, item: int = HALF_BYTES) -> int:
+    """Programs of a tiling one multiprocessor holds, by shared memory and registers (the
+    accumulator plus about 40 registers a thread), at most 4."""
+    smem = (bm * bk + bk * bn) * item * stages
+    regs = warps * 32 * (bm * bn // (warps * 32) + 40)
+    return max(1, min(4, SHARED_BYTES // smem, 65536 // regs))
 
 
 def _tail_split(cfg: Config, m: int, n: int, k_inner: int, item: int, sms: int, tails: list[int]) -> int:
@@ -206,12 +238,14 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
         Categorical("MASK_SPLIT", [True, False] if causal else [True]),
         Categorical("REVERSE_M", [False, True] if causal and sq > 16 else [False]),
         Categorical("TMA", [False, True] if tma_reads(plan, options) is not None else [False]),
+        Categorical("SCORES_AHEAD", [False, True] if skv >= 2 * low_n else [False]),
         Ordinal("num_warps", [2, 4, 8]),
         Ordinal("num_stages", [1, 2, 3, 4, 5]),
     ]
     constraints = [
         f"(BLOCK_M * {bd} + num_stages * BLOCK_N * {bd + be}) * {item} <= {SHARED_BYTES}",
-        f"BLOCK_M * ({be} + BLOCK_N) <= num_warps * 32 * 192",  # accumulator and scores in registers
+        # the accumulator and the scores (two blocks of them with SCORES_AHEAD) in registers
+        f"BLOCK_M * ({be} + BLOCK_N * (1 + SCORES_AHEAD)) <= num_warps * 32 * 192",
         "BLOCK_M * BLOCK_N >= num_warps * 32 * 4",
         "num_warps < 8 or BLOCK_M >= 64",
         f"(SPLIT_KV - 1) * BLOCK_N < {skv}",  # every share of the keys holds a block
@@ -228,10 +262,12 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
     tma = tma_reads(plan, options) is not None
     # the first tiles also with TMA loads and (causal) with the longest query blocks first
     reverse = causal and sq > 16
-    variants = [(tiles[0], False, False), (tiles[0], tma, False), (tiles[1], False, False), (tiles[0], False, reverse),
-                (tiles[2], False, False), (tiles[1], tma, False)] + [(t, False, False) for t in tiles[3:]]
+    variants = [(tiles[0], False, False, False), (tiles[0], tma, False, False), (tiles[0], tma, False, True),
+                (tiles[1], False, False, False), (tiles[0], False, reverse, False), (tiles[2], False, False, False),
+                (tiles[1], tma, False, False), ((tiles[0][0], 32, 4, 3), tma, False, True)]
+    variants += [(t, False, False, False) for t in tiles[3:]]
     seeds: list[Config] = []
-    for (bm, bn, w, st), with_tma, reverse in variants:
+    for (bm, bn, w, st), with_tma, reverse, ahead in variants:
         bm, bn = min(bm, top_m), min(bn, top_n)
         programs = nb * -(-sq // bm)
         split = 1
@@ -239,7 +275,7 @@ def _attention(plan: AttentionPlan, options: GenOptions, sms: int) -> Sketch:
             want = max(1, sms // max(1, programs))
             split = max(v for v in splits if v <= want and (v - 1) * bn < skv)
         _add(space, seeds, {"BLOCK_M": bm, "BLOCK_N": bn, "SPLIT_KV": split, "MASK_SPLIT": True, "REVERSE_M": reverse,
-                            "TMA": with_tma, "num_warps": w, "num_stages": st})
+                            "TMA": with_tma, "SCORES_AHEAD": ahead, "num_warps": w, "num_stages": st})
     return Sketch(plan, space, tuple(seeds[:10]))
 
 

@@ -1,0 +1,223 @@
+"""Hand-picked configurations of the generated GPU kernels, each checked and timed, beside the library.
+
+`gpu_kernels.py` measures what the search finds within its budget; this script measures
+chosen points of the same spaces, to see which parts of a space win on a workload before
+the sketch's seeds and constraints are changed. For each workload (the cases of
+`gpu_kernels.py`, by name) it takes the configurations listed in `VARIANTS` (overrides of
+the sketch's first seed), keeps those inside the space (the others are reported with the
+constraint they break), generates, compiles (in parallel), checks against the float32
+reference on fresh random inputs and times every one in the GPU worker (CUDA events, L2
+flushed), then times the fastest beside its peers in interleaved rounds exactly as
+`gpu_kernels.py` does. Every configuration's time or error goes to `<out>/gpu_variants.json`.
+
+Usage (on a CUDA machine, from the repository root):
+  PYTHONPATH=src python benchmarks/gpu_variants.py --cases attn-fp16,square-1024 --out $OUT
+Smoke test on the CPU (the quick cases, their first seeds, Triton's interpreter):
+  PYTHONPATH=src python benchmarks/gpu_variants.py --quick --out /tmp/gv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_kernels as gk  # noqa: E402
+
+START = time.perf_counter()
+
+
+def _attention(bm: int, bn: int, warps: int, stages: int, tma: bool = True, ahead: bool = False,
+               reverse: bool = False) -> dict[str, Any]:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages, "TMA": tma,
+            "SCORES_AHEAD": ahead, "REVERSE_M": reverse, "SPLIT_KV": 1, "MASK_SPLIT": True}
+
+
+def _mm(bm: int, bn: int, bk: int, warps: int, stages: int, *, persistent: bool = False, tma: bool = False,
+        store: bool = False, split_k: int = 1, tail: int = 1) -> dict[str, Any]:
+    cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": warps, "num_stages": stages,
+           "PERSISTENT": persistent, "TMA": tma, "TMA_STORE": store, "EPILOGUE_SPLIT": 2 if store else 1,
+           "SPLIT_K": split_k}
+    if tail > 1:
+        cfg["TAIL_SPLIT"] = tail
+    return cfg
+
+
+ATTENTION = [_attention(128, 64, 4, 2), _attention(128, 32, 4, 2, ahead=True),
+             _attention(128, 32, 4, 3, ahead=True), _attention(128, 64, 8, 2, ahead=True),
+             _attention(128, 64, 8, 3, ahead=True), _attention(128, 128, 8, 2, ahead=True),
+             _attention(64, 64, 4, 3, ahead=True), _attention(64, 64, 4, 3),
+             _attention(128, 64, 8, 3, tma=False, ahead=True)]
+CAUSAL = ATTENTION + [_attention(128, 64, 8, 3, ahead=True, reverse=True)]
+
+VARIANTS: dict[str, list[dict[str, Any]]] = {
+    "attn-fp16": ATTENTION,
+    "attn-causal-fp16": CAUSAL,
+    "square-1024": [
+        _mm(128, 128, 64, 4, 4, split_k=2), _mm(64, 128, 64, 4, 4), _mm(64, 128, 64, 4, 5),
+        _mm(64, 128, 64, 4, 4, tma=True), _mm(64, 128, 128, 4, 3), _mm(128, 64, 64, 4, 4),
+        _mm(128, 64, 64, 4, 4, tma=True), _mm(64, 64, 64, 4, 4)],
+    "square-2304": [
+        _mm(128, 128, 64, 4, 4), _mm(128, 128, 64, 4, 4, tma=True), _mm(128, 128, 64, 4, 3), _mm(128, 128, 64, 8, 3),
+        _mm(128, 256, 64, 8, 3, persistent=True, tma=True, tail=4), _mm(128, 256, 64, 8, 3, persistent=True, tma=True,
+                                                                        tail=2),
+        _mm(128, 256, 64, 8, 3, tail=4), _mm(128, 256, 64, 8, 3, persistent=True, tma=True, store=True),
+        _mm(128, 128, 64, 4, 4, persistent=True, tma=True), _mm(128, 128, 64, 8, 3, persistent=True, tma=True,
+                                                                store=True),
+        _mm(256, 128, 64, 8, 3, persistent=True, tma=True, tail=4), _mm(128, 128, 64, 4, 3, tma=True)],
+    "square-3072": [
+        _mm(128, 256, 64, 8, 3, tail=4), _mm(128, 256, 64, 8, 3, persistent=True, tma=True, tail=4),
+        _mm(128, 256, 64, 8, 3, persistent=True, tma=True, tail=2), _mm(128, 256, 64, 8, 3, persistent=True, tma=True,
+                                                                        tail=3),
+        _mm(128, 256, 64, 8, 3, persistent=True, tma=True, store=True), _mm(128, 256, 64, 8, 3, persistent=True,
+                                                                            tma=True),
+        _mm(128, 256, 64, 8, 4, persistent=True, tma=True, tail=4), _mm(128, 128, 64, 4, 3),
+        _mm(128, 128, 64, 8, 3, persistent=True, tma=True, store=True), _mm(256, 128, 64, 8, 3, persistent=True,
+                                                                            tma=True, tail=4),
+        _mm(128, 256, 64, 8, 3, tma=True, tail=4), _mm(128, 128, 64, 4, 3, tma=True)],
+    "short-k": [
+        _mm(128, 256, 64, 8, 3, persistent=True, tma=True, store=True), _mm(128, 256, 64, 8, 2, persistent=True,
+                                                                            tma=True, store=True),
+        _mm(128, 256, 64, 8, 4, persistent=True, tma=True, store=True), _mm(128, 256, 64, 8, 2),
+        _mm(128, 256, 64, 8, 2, tma=True), _mm(128, 128, 64, 4, 2), _mm(128, 128, 64, 4, 3, tma=True),
+        _mm(128, 128, 64, 8, 3, persistent=True, tma=True, store=True), _mm(128, 128, 64, 4, 2, persistent=True,
+                                                                            tma=True, store=True),
+        _mm(128, 256, 128, 8, 2, persistent=True, tma=True, store=True), _mm(256, 128, 64, 8, 3, persistent=True,
+                                                                             tma=True, store=True),
+        _mm(128, 256, 64, 8, 3, persistent=True, tma=True)],
+    "prefill-512": [
+        _mm(128, 128, 64, 4, 4), _mm(128, 128, 64, 4, 4, tma=True), _mm(128, 128, 64, 8, 3), _mm(128, 128, 64, 4, 5),
+        _mm(128, 128, 128, 8, 3), _mm(128, 256, 64, 8, 3, tail=2), _mm(128, 256, 64, 8, 3, tma=True, tail=2),
+        _mm(64, 256, 64, 8, 3), _mm(64, 256, 64, 4, 4), _mm(128, 128, 64, 4, 4, persistent=True, tma=True, store=True),
+        _mm(128, 128, 64, 4, 4, tail=2), _mm(128, 128, 64, 4, 4, tma=True, tail=2)],
+}
+
+
+class VariantTuning(gk.SharedTuning):
+    """Measures the listed configurations of a workload instead of searching."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        self.measured: list[dict[str, Any]] = []
+        self.skipped: list[dict[str, Any]] = []
+        self.variants: list[dict[str, Any]] = []
+
+    def kernel(self, output: Any, trials: int, half: str) -> tuple[Any, float]:
+        from tensortune.backends.triton.sketches import Sketch
+        from tensortune.backends.triton.tune import CudaSearch
+
+        start = time.perf_counter()
+        search = CudaSearch(output, db=self.args.db, half=half, progress=False, budget_hint=max(1, trials),
+                            cache_dir=self.args.cache, jobs=self.args.jobs, runner=self.runner,
+                            compiler=self.compiler)
+        space, first = search.sketch.space, dict(search.sketch.seeds[0])
+        configs, self.skipped = [], []
+        for overrides in self.variants or [dict(s) for s in search.sketch.seeds[:3]]:
+            try:
+                cfg = space.config({**first, **overrides})
+            except Exception as exc:  # noqa: BLE001 - a point outside the space is reported, not measured
+                self.skipped.append({"config": overrides, "why": str(exc)})
+                continue
+            if cfg not in configs:
+                configs.append(cfg)
+        search.sketch = Sketch(search.plan, space, tuple(configs))
+        try:
+            if self.runner is None:
+                self._start(search)
+            results = search.tune(len(configs))
+            self.measured = [{"config": dict(r.config), "us": r.time * 1e6 if r.ok else None,
+                              "error": None if r.ok else f"{r.error}: {r.message[:300]}"} for r in results]
+            return search.finish(confirm=True), time.perf_counter() - start
+        finally:
+            search.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=os.environ.get("OUT", "bench-out/gpu_variants"))
+    parser.add_argument("--cases", default="", help="comma-separated case names (default: every case in VARIANTS)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds of the best and its peers")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    parser.add_argument("--deadline", type=float, default=0.0, help="seconds after which no workload starts (0: none)")
+    parser.add_argument("--jobs", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="the quick cases under TRITON_INTERPRET=1 on the CPU")
+    args = parser.parse_args()
+    if args.quick:
+        os.environ["TRITON_INTERPRET"] = "1"
+        args.rounds = 1
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    args.db = str(out / "records.db")
+    args.cache = str(Path("/tmp") / ("tt-variants-quick" if args.quick else "tt-variants"))
+    args.max_autotune, args.retune = False, True
+    args.conv_budget = args.attention_budget = args.matmul_budget = 0
+    gk.ARGS = args
+    import torch
+
+    if not args.quick and not torch.cuda.is_available():
+        print("gpu_variants.py needs a CUDA GPU; --quick runs it in Triton's interpreter", file=sys.stderr)
+        return 2
+    cases = {c.name: c for c in gk.suite(args.quick)}
+    names = [n.strip() for n in args.cases.split(",") if n.strip()] or (list(cases) if args.quick else list(VARIANTS))
+    unknown = [n for n in names if n not in cases]
+    if unknown:
+        print(f"unknown cases {unknown}; known: {sorted(cases)}", file=sys.stderr)
+        return 2
+    from tensortune.measure.cuda_timer import CudaTimer
+
+    timer = (CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, max_repeats=1,
+                       estimate_repeats=1, flush_l2=False) if args.quick
+             else CudaTimer(budget_seconds=0.2, warmup_seconds=0.03, min_repeats=10, max_repeats=1000))
+    import triton
+
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv),
+                              "machine": "interpreter" if args.quick else torch.cuda.get_device_name(),
+                              "versions": {"torch": torch.__version__, "triton": triton.__version__},
+                              "cases": {}}
+    path = out / "gpu_variants.json"
+    tuning = VariantTuning(args)
+    try:
+        for name in names:
+            if args.deadline and time.perf_counter() - START > args.deadline:
+                report.setdefault("skipped", []).append(name)
+                continue
+            tuning.variants = [] if args.quick else VARIANTS.get(name, [])
+            try:
+                row = gk.run_case(cases[name], args, tuning, timer)
+                row["variants"], row["outside_space"] = tuning.measured, tuning.skipped
+                report["cases"][name] = row
+            except Exception as exc:  # noqa: BLE001 - one workload's failure is recorded, the others go on
+                report.setdefault("failed", {})[name] = f"{type(exc).__name__}: {exc}"
+                print(f"[{name}] FAILED: {type(exc).__name__}: {exc}", flush=True)
+            report["seconds"] = round(time.perf_counter() - START, 1)
+            path.write_text(json.dumps(report, indent=1, default=str))
+    finally:
+        tuning.close()
+    print(summary(report))
+    return 1 if report.get("failed") or any(not r["correct"] for r in report["cases"].values()) else 0
+
+
+def summary(report: dict[str, Any]) -> str:
+    lines = []
+    for name, row in report["cases"].items():
+        peers = ", ".join(f"{k} {v:.1f}us" for k, v in row["us"].items())
+        lines.append(f"[{name}] {row['shape']}: {peers} ({'ok' if row['correct'] else 'WRONG'})")
+        for v in sorted(row["variants"], key=lambda v: v["us"] if v["us"] is not None else float("inf")):
+            cfg = " ".join(f"{k}={x}" for k, x in v["config"].items() if k not in ("GROUP_M", "SPLIT_KV", "MASK_SPLIT"))
+            lines.append(f"   {v['us']:9.1f}us  {cfg}" if v["us"] is not None else f"   {'failed':>11}  {cfg}: "
+                         f"{(v['error'] or '')[:160]}")
+        for s in row["outside_space"]:
+            lines.append(f"   outside the space: {s['config']}: {s['why'][:120]}")
+    lines.append(f"{report.get('seconds', 0)} s; skipped {report.get('skipped', 'none')}; "
+                 f"failed {sorted(report.get('failed', {})) or 'none'}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
