@@ -120,7 +120,11 @@ class TemplateSearch(EvolutionarySearch):
 
     def __init__(self, task: TemplateTask, seed: int | None = None, budget: int | None = None, *,
                  cores: int = 2, population: int = 128, **options) -> None:
-        features = TemplateFeatures(task, cores)
+        if task.cuda is not None:
+            from .cuda import PatternFeatures
+            features: Any = PatternFeatures(task)
+        else:
+            features = TemplateFeatures(task, cores)
         options.setdefault("cost_model", XGBRankModel(seed=seed, feature_names=features.names))
         super().__init__(task.space, seed, budget, population=population, **options)
         self.task = task
