@@ -98,7 +98,7 @@ def test_a_template_that_uses_a_knob_inconsistently_is_told_which():
 
 
 def test_bad_templates_and_registrations_are_clear_errors():
-    with pytest.raises(TemplateError, match="must return a schedule or \\(schedule, args\\)"):
+    with pytest.raises(TemplateError, match=r"must return a schedule, \(schedule, args\) or cuda_schedule"):
         template("test_returns_nothing")(lambda cfg, n: cfg.define_knob("x", [1]))(4)
     with pytest.raises(TemplateError, match="declared no knobs"):
         template("test_no_knobs")(lambda cfg, n: te.create_schedule(

@@ -54,17 +54,31 @@ def cuda_schedule(output: Any, **options: Any) -> CudaSchedule:
     return CudaSchedule(out, dict(options))
 
 
+_SKETCHES: dict[tuple[str, Any, int], Any] = {}
+
+
+def sketch_of(plan: Any, sms: int | None = None) -> Any:
+    """The pattern's sketch for these shapes, made once per graph and device (a template
+    runs once per candidate, and a contraction's sketch takes a second to enumerate)."""
+    from ..backends.triton.sketches import sketch
+    sms = sms or multiprocessors()
+    key = (plan.describe(), gen_options(), sms)
+    found = _SKETCHES.get(key)
+    if found is None:
+        found = _SKETCHES[key] = sketch(plan, gen_options(), sms)
+    return found
+
+
 def pattern_options(output: Any) -> dict[str, list[Any]]:
     """The values each option of `output`'s GPU pattern offers for its shapes (before the
     pattern's constraints), for a template to choose its knobs' values from:
     `pattern_options(C)["BLOCK_M"]` -> [16, 32, 64, 128, 256]."""
     from ..backends.triton.patterns import analyze
-    from ..backends.triton.sketches import sketch
     try:
         plan = analyze(cuda_schedule(output).output)
     except TEError as exc:
         raise TemplateError(f"the template's graph has no GPU pattern: {exc}") from None
-    space = sketch(plan, gen_options(), multiprocessors()).space
+    space = sketch_of(plan).space
     return {p.names[0]: list(p.values) for p in space.params}  # type: ignore[attr-defined]
 
 
@@ -107,14 +121,13 @@ def resolve(schedule: CudaSchedule, sms: int | None = None) -> Resolved:
     pattern's sketch; a `TemplateError` naming an unknown option, a value the sketch does
     not offer, or the constraint the options break."""
     from ..backends.triton.patterns import analyze
-    from ..backends.triton.sketches import sketch
 
     try:
         plan = analyze(schedule.output)
     except TEError as exc:
         raise TemplateError(f"the template's graph has no GPU pattern: {exc}") from None
     sms = sms or multiprocessors()
-    sk = sketch(plan, gen_options(), sms)
+    sk = sketch_of(plan, sms)
     names = list(sk.space.names)
     unknown = sorted(set(schedule.options) - set(names))
     if unknown:
