@@ -137,16 +137,18 @@ class TemplateSearch(EvolutionarySearch):
         a model on program features comes in through `use_program_prior`."""
         return False
 
-    def use_program_prior(self, model: XGBRankModel) -> None:
+    def use_program_prior(self, model: XGBRankModel, *, explore: bool = False) -> None:
         """Start from `model`, fitted on the program features of other records of the same
-        computation (another template, the auto-scheduler): its scores guide the first
-        plans after half the usual random start, and fade as this search's own
-        measurements arrive (the model becomes the base margin of the search's own)."""
+        computation (another template or shape, the auto-scheduler): its scores pick the
+        very first batch (half of it spread apart, as every plan's exploring share is) and
+        fade as this search's own measurements arrive (the model becomes the base margin of
+        the search's own). With `explore` (a model from other devices, whose fastest region
+        may lie elsewhere here) half the usual random start is measured first."""
         for m in self._members():
             m.base = model  # type: ignore[union-attr]
         self._fitted_on = -1
         self._prior = True
-        self.random_start = self.initial // 2
+        self.random_start = self.initial // 2 if explore else 0
 
     def tell(self, results) -> None:
         """Learn from each candidate's fastest run: on a shared machine a neighbour's load
