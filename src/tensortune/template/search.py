@@ -6,7 +6,8 @@ changed for templates:
 - the cost model sees the features of each candidate's lowered loop nest
   (`autoschedule.features.program_features`, the auto-scheduler's own columns), not the
   knobs' raw values, so a model trained on one template's records ranks the candidates
-  of another template of the same computation, or the auto-scheduler's;
+  of another template of the same computation, or the auto-scheduler's (a GPU template:
+  the columns of the pattern options each candidate resolves to, `cuda.PatternFeatures`);
 - moves respect the knobs: a split mutates by moving a prime factor from one of its
   factors to another (the product stays the extent, as Ansor mutates tile sizes);
   crossover takes each knob whole from one parent or the other.
