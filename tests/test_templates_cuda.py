@@ -232,3 +232,14 @@ def test_candidates_that_compute_something_else_fail_the_interpreters_check(tmp_
     assert [(s, t, ok) for s, t, ok, _ in rows] == [(1.0, 16, True), (1.0, 32, True), (2.0, 16, False),
                                                     (2.0, 32, False)]
     assert all(err == "wrong_result" for s, _, ok, err in rows if not ok)
+
+
+def test_without_a_gpu_or_the_interpreter_tuning_says_what_it_needs(monkeypatch, tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    task = gpu_matmul(32, 32, 32)
+    for call in (lambda: task.tune(budget=2, db=str(tmp_path / "r.db")), lambda: task.load_best(str(tmp_path / "r.db"))):
+        with pytest.raises(TemplateError, match="needs a CUDA GPU.*TRITON_INTERPRET=1"):
+            call()

@@ -76,7 +76,7 @@ def cuda_target() -> Target:
     return target(interpreting())
 
 
-def _require_gpu() -> bool:
+def require_gpu() -> bool:
     """Whether kernels run in Triton's interpreter; a clear error without a GPU or it."""
     from ..backends.triton.kernel import interpreting
     if interpreting():
@@ -120,7 +120,7 @@ def tune_cuda(task: TemplateTask, budget: Budget | int | float | None, db: Datab
     from ..measure.gpu import GpuRunner
     from .tune import make_strategy
 
-    interpret = _require_gpu()
+    interpret = require_gpu()
     target = cuda_target()
     generator = make_generator(task, cache_dir)
     if not (retune or retry_failed):

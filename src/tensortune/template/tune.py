@@ -177,7 +177,8 @@ def load_best(task: TemplateTask, db: Any = None) -> TunedTemplate:
     """The best recorded configuration of the template for its shapes, compiled and verified
     on fresh inputs, without measuring anything. LookupError when nothing usable is recorded."""
     if task.cuda is not None:
-        from .cuda_tune import cuda_target, make_generator, rebuild
+        from .cuda_tune import cuda_target, make_generator, rebuild, require_gpu
+        require_gpu()
         found = rebuild(task, open_db(db), cuda_target(), make_generator(task, None), 0, 0.0, True)
     else:
         found = _rebuild(task, open_db(db), Target.cpu(), 0, 0.0, True)
