@@ -19,6 +19,7 @@ import pytest
 from tensortune import te
 from tensortune.db import Database
 from tensortune.measure import MeasureResult
+from tensortune.model.features import FeatureExtractor
 from tensortune.space import Config
 from tensortune.template import TemplateError
 from tensortune.template.cuda import PatternFeatures, cuda_schedule, pattern_options, resolve
@@ -118,8 +119,7 @@ def test_a_template_must_keep_its_kernels_arguments_and_one_kind_of_schedule():
 def test_the_model_ranks_gpu_candidates_on_the_patterns_columns():
     task = gpu_matmul(64, 64, 64)
     feats = PatternFeatures(task)
-    assert feats.names == list(__import__("tensortune.model.features", fromlist=["x"]).FeatureExtractor(
-        task.cuda.sketch.space).names)
+    assert feats.names == FeatureExtractor(task.cuda.sketch.space).names  # the GPU auto-scheduler's columns
     search = TemplateSearch(task, seed=0, budget=8)
     batch = search.ask(4)
     assert len(batch) == 4 and all(task.space.is_valid(c) for c in batch)
