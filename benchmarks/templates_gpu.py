@@ -10,6 +10,7 @@ Rows go to `<out>/templates_gpu.json` as they are measured; the table comes last
 
 Usage (on a CUDA machine, from the repository root):
   PYTHONPATH=src python benchmarks/templates_gpu.py --trials 32 --out $OUT
+  PYTHONPATH=src python benchmarks/templates_gpu.py --shapes 4096x4096x4096 --out $OUT   # one shape
 Smoke test on the CPU (a tiny shape in Triton's interpreter; times mean nothing):
   PYTHONPATH=src python benchmarks/templates_gpu.py --quick --out /tmp/tg
 """
@@ -106,8 +107,18 @@ def main() -> int:
     p.add_argument("--db", default=None, help="records (default <out>/records.db)")
     p.add_argument("--cache", default=None, help="generated modules (default <out>/modules)")
     p.add_argument("--retune", action="store_true", help="tune again even where --db has records")
+    p.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
+                   help="MxNxK,... (default: %(default)s)")
     p.add_argument("--quick", action="store_true", help="a tiny shape in Triton's interpreter: a smoke test")
     args = p.parse_args()
+    try:
+        shapes = QUICK_SHAPES if args.quick else tuple(tuple(int(x) for x in s.split("x")) for s in args.shapes.split(","))
+    except ValueError:
+        print(f"--shapes: expected MxNxK,..., got {args.shapes!r}", file=sys.stderr)
+        return 2
+    if any(len(s) != 3 for s in shapes):
+        print(f"--shapes: expected MxNxK,..., got {args.shapes!r}", file=sys.stderr)
+        return 2
     if args.quick:
         os.environ["TRITON_INTERPRET"] = "1"  # before Triton is imported
         args.trials, args.rounds = min(args.trials, 4), 2
@@ -128,7 +139,7 @@ def main() -> int:
                   "under Triton's interpreter", file=sys.stderr)
             return 2
         report["gpu"] = torch.cuda.get_device_name()
-    for shape in QUICK_SHAPES if args.quick else SHAPES:
+    for shape in shapes:
         report["rows"].append(run_shape(shape, args, timer))
         (out / "templates_gpu.json").write_text(json.dumps(report, indent=1, default=str))
     print(table(report["rows"]))
