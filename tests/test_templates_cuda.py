@@ -243,3 +243,19 @@ def test_without_a_gpu_or_the_interpreter_tuning_says_what_it_needs(monkeypatch,
     for call in (lambda: task.tune(budget=2, db=str(tmp_path / "r.db")), lambda: task.load_best(str(tmp_path / "r.db"))):
         with pytest.raises(TemplateError, match="needs a CUDA GPU.*TRITON_INTERPRET=1"):
             call()
+
+
+def test_a_template_over_another_pattern_a_softmax_over_rows():
+    from tensortune.te import workloads
+
+    @template("test_gpu_softmax")
+    def softmax(cfg, rows, cols):
+        w = workloads.softmax(rows, cols)
+        cfg.define_knob("rows_per_program", pattern_options(w)["BLOCK_R"])
+        cfg.define_knob("warps", [1, 4])
+        return cuda_schedule(w, BLOCK_R=cfg["rows_per_program"], num_warps=cfg["warps"])
+
+    task = softmax(64, 256)
+    assert task.cuda.plan.kind == "rows" and task.space.size == 5 * 2
+    resolved = task.resolve(Config(rows_per_program=4, warps=4))
+    assert resolved.config["BLOCK_R"] == 4 and resolved.config["BLOCK_C"] == resolved.sketch.seeds[0]["BLOCK_C"]
