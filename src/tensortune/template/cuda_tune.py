@@ -156,7 +156,8 @@ def tune_cuda(task: TemplateTask, budget: Budget | int | float | None, db: Datab
                       description=f"{task.name} (cuda)", retune=False, retry_failed=retry_failed)
         result = tuner.run()
         if confirm and not interpret and result.best is not None:
-            _confirm(runner, db, task, target, list(result.history), result.session)
+            # this run's candidates only: their modules are in this cache_dir and built for this GPU
+            _confirm(runner, db, task, target, list(result.history[result.reused:]), result.session)
     finally:
         builder.close()
         runner.close()
