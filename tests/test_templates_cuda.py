@@ -259,3 +259,34 @@ def test_a_template_over_another_pattern_a_softmax_over_rows():
     assert task.cuda.plan.kind == "rows" and task.space.size == 5 * 2
     resolved = task.resolve(Config(rows_per_program=4, warps=4))
     assert resolved.config["BLOCK_R"] == 4 and resolved.config["BLOCK_C"] == resolved.sketch.seeds[0]["BLOCK_C"]
+
+
+@template("test_gpu_refused_warps")
+def refused_warps(cfg, n):
+    _, _, C = _matmul(n, n, n)
+    cfg.define_knob("warps", [4, 3, 2])  # 3 warps: not an option of the pattern
+    return cuda_schedule(C, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, num_warps=cfg["warps"])
+
+
+def rebuild_from_untrusted_records(db_path: str) -> dict:
+    """In a TRITON_INTERPRET=1 worker: records that cannot be rebuilt are skipped, said why."""
+    import warnings
+
+    from tensortune.template.cuda_tune import cuda_target
+
+    task = refused_warps(32)
+    db = Database(db_path)
+    db.add(task.workload, cuda_target(), MeasureResult(Config(warps=16), (1e-7,)))  # not in the space: ignored
+    db.add(task.workload, cuda_target(), MeasureResult(Config(warps=3), (1e-6,)))  # does not resolve: skipped
+    db.add(task.workload, cuda_target(), MeasureResult(Config(warps=2), (1e-3,)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        best = task.load_best(db_path)
+    return {"config": dict(best.config), "time": best.time, "warnings": [str(w.message) for w in caught]}
+
+
+@needs_triton
+def test_records_that_cannot_be_rebuilt_are_skipped_with_the_reason(tmp_path):
+    out = in_interpreter(tmp_path, "rebuild_from_untrusted_records", str(tmp_path / "records.db"))
+    assert out["config"] == {"warps": 2} and out["time"] == 1e-3
+    assert len(out["warnings"]) == 1 and '{"warps":3}' in out["warnings"][0] and "num_warps" in out["warnings"][0]
