@@ -178,10 +178,14 @@ def prior_from_cache(shape: Sequence[int], cache: Path, seed: int):
 
 def replay(task: TemplateTask, results: dict[Config, MeasureResult], strategy: str, budget: int,
            seed: int, prior: Any = None) -> list[float]:
-    """The best time after each measurement of one replayed search."""
-    chooser = make_strategy(task, "model" if strategy == "model+prior" else strategy, seed, budget)
+    """The best time after each measurement of one replayed search ("model/start=N": the model
+    strategy measuring N random configurations before the model leads)."""
+    base = "model" if strategy == "model+prior" or strategy.startswith("model/start=") else strategy
+    chooser = make_strategy(task, base, seed, budget)
     if strategy == "model+prior":
         chooser.use_program_prior(prior)
+    elif strategy.startswith("model/start="):
+        chooser.random_start = int(strategy.split("=")[1])
     tuner = Tuner(task.space, CacheRunner(results), workload=Workload.make("replay"), target=Target.make("replay", ""),
                   db=None, strategy=chooser,
                   budget=Budget(trials=budget, free_rejections=budget), seed=seed,
@@ -198,7 +202,7 @@ def replay(task: TemplateTask, results: dict[Config, MeasureResult], strategy: s
 
 
 def strategies_phase(task: TemplateTask, cache: Path, seeds: int, budget: int,
-                     prior: tuple[Sequence[int], Path] | None = None) -> dict[str, Any]:
+                     prior: tuple[Sequence[int], Path] | None = None, starts: Sequence[int] = ()) -> dict[str, Any]:
     results = load_cache(task, cache)
     optimum = min(r.time for r in results.values() if r.ok)
     within = sum(1 for r in results.values() if r.ok and r.time <= optimum * (1 + WITHIN))
@@ -207,7 +211,8 @@ def strategies_phase(task: TemplateTask, cache: Path, seeds: int, budget: int,
                            "seeds": seeds, "budget": budget, "strategies": {}}
     if prior is not None:
         out["prior"] = {"shape": list(prior[0]), "cache": prior[1].name, "records": PRIOR_RECORDS}
-    for strategy in ("model", "random") + (("model+prior",) if prior is not None else ()):
+    variants = tuple(f"model/start={n}" for n in starts)
+    for strategy in ("model", "random") + (("model+prior",) if prior is not None else ()) + variants:
         curves = []
         for seed in range(seeds):
             start = time.perf_counter()
@@ -363,6 +368,9 @@ def main() -> None:
                    help="strategies: also replay the model strategy started from a model fitted on this measured "
                         "space of the matmul template at --prior-shape")
     p.add_argument("--prior-shape", type=int, nargs=3, default=[32, 32, 32])
+    p.add_argument("--random-starts", type=int, nargs="*", default=[],
+                   help="strategies: also replay the model strategy measuring this many random configurations "
+                        "before the model leads (its default: a tenth of the budget, 8 to 24)")
     p.add_argument("--budget", type=int, default=max(CHECKPOINTS))
     p.add_argument("--trials", type=int, default=64, help="measurements for each tuner in compare")
     p.add_argument("--rounds", type=int, default=7)
@@ -393,7 +401,7 @@ def main() -> None:
     if args.phase in ("strategies", "all"):
         seeds, budget = (3, 16) if args.quick else (args.seeds, args.budget)
         prior = (args.prior_shape, Path(args.prior_cache)) if args.prior_cache else None
-        report["strategies"] = strategies_phase(task, cache, seeds, budget, prior)
+        report["strategies"] = strategies_phase(task, cache, seeds, budget, prior, args.random_starts)
         report["strategies"]["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     if args.phase in ("compare", "all"):
         report["compare"] = compare_phase(4 if args.quick else args.trials, args.quick, 3 if args.quick else args.rounds,

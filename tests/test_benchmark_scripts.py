@@ -175,6 +175,25 @@ def test_gpu_kernels_benchmark_says_it_needs_a_gpu(tmp_path):
     assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr and "--quick" in done.stderr
 
 
+@pytest.mark.slow
+def test_the_gpu_templates_benchmark_runs_on_the_cpu(tmp_path):
+    """benchmarks/templates_gpu.py --quick: the GPU matmul template and the GPU auto-scheduler
+    tuned on a tiny shape in Triton's interpreter, checked with cuBLAS's stand-in, the JSON."""
+    pytest.importorskip("triton")
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "templates_gpu.py"), "--quick", "--out", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (row,) = json.loads((tmp_path / "templates_gpu.json").read_text())["rows"]
+    assert row["correct"] and set(row["us"]) == {"template", "autoschedule", "cublas"}
+    assert row["measured_now"] == {"template": 4, "autoschedule": 4}
+    assert row["template_options"]["BLOCK_M"] == row["template_config"]["tile_m"]
+    without_gpu = subprocess.run(command[:2] + ["--out", str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                                 text=True, timeout=120)
+    if not os.path.exists("/dev/nvidiactl"):
+        assert without_gpu.returncode == 2 and "needs a CUDA GPU" in without_gpu.stderr
+
+
 def test_the_templates_benchmark_replays_its_measured_knob_space(tmp_path):
     """benchmarks/templates.py strategies --quick: the model strategy and random search
     replayed on the 32^3 matmul template's measured knob space (three seeds, 16 measurements)."""

@@ -98,7 +98,7 @@ def test_a_template_that_uses_a_knob_inconsistently_is_told_which():
 
 
 def test_bad_templates_and_registrations_are_clear_errors():
-    with pytest.raises(TemplateError, match="must return a schedule or \\(schedule, args\\)"):
+    with pytest.raises(TemplateError, match=r"must return a schedule, \(schedule, args\) or cuda_schedule"):
         template("test_returns_nothing")(lambda cfg, n: cfg.define_knob("x", [1]))(4)
     with pytest.raises(TemplateError, match="declared no knobs"):
         template("test_no_knobs")(lambda cfg, n: te.create_schedule(
@@ -263,3 +263,25 @@ def test_a_search_starts_from_records_of_another_template_and_of_the_auto_schedu
     assert k.trials == 6 and not k.from_db
     with pytest.raises(TemplateError, match="prior= needs the 'model' strategy"):
         unrolled.tune(budget=2, db=db_path, progress=False, retune=True, strategy="random", prior=[plain])
+
+
+def test_a_program_prior_picks_the_first_batch():
+    """With a model of other records of the computation, the search measures no random start:
+    its first batch is among the prior's best (with `explore`, half the random start first)."""
+    task = matmul(16, 16, 16)
+    configs = list(task.space)
+    feats = TemplateFeatures(task)
+    X = feats.configs(configs)
+    ok = ~np.isnan(X[:, 0])
+    times = np.asarray([1.0 / (c["tile_i_1"] * c["tile_k_1"]) for c in configs])  # a prior that likes long tiles
+    prior = XGBRankModel(seed=0, feature_names=feats.names)
+    prior.fit(X[ok], times[ok])
+    search = TemplateSearch(task, seed=0, budget=32)
+    search.use_program_prior(prior)
+    assert search.random_start == 0
+    scores = prior.predict(X[ok])
+    first = prior.predict(feats.configs(search.ask(4)))
+    assert all((scores > s).mean() < 0.1 for s in first)  # each within the prior's top tenth
+    exploring = TemplateSearch(task, seed=0, budget=32)
+    exploring.use_program_prior(prior, explore=True)
+    assert exploring.random_start == exploring.initial // 2 > 0

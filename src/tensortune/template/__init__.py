@@ -7,6 +7,8 @@ their values to a te schedule and returns it. `@te.template(name)` registers it;
 it with shapes gives a `TemplateTask` whose knobs are a `tt.Space`, tuned through the
 loop (`task.tune(budget, db)`: parallel compiles, checked and isolated runs, records,
 model-guided search on loop-nest features) and rebuilt from records (`task.load_best(db)`).
+A GPU template returns `cuda_schedule(output, **options)` instead: the GPU pattern's
+options (block sizes, warps, stages, ...) from its knobs, tuned as Triton on the GPU.
 Names are imported on first use.
 
 Example:
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .collector import KnobCollector
+    from .cuda import CudaSchedule, PatternFeatures, cuda_schedule, pattern_options
     from .knobs import AnnotateValue, OrderValue, SplitValue, TemplateError
     from .prior import prior_model
     from .search import TemplateFeatures, TemplateSearch
@@ -34,13 +37,16 @@ _LAZY = {
     "registered": "template", "KnobCollector": "collector", "TemplateError": "knobs", "SplitValue": "knobs",
     "OrderValue": "knobs", "AnnotateValue": "knobs", "TemplateSearch": "search", "TemplateFeatures": "search",
     "TunedTemplate": "tune", "tune": "tune", "load_best": "tune", "prior_model": "prior",
+    "cuda_schedule": "cuda", "CudaSchedule": "cuda", "pattern_options": "cuda", "PatternFeatures": "cuda",
 }
 
 
 __all__ = [
     "AnnotateValue",
+    "CudaSchedule",
     "KnobCollector",
     "OrderValue",
+    "PatternFeatures",
     "SplitValue",
     "Template",
     "TemplateError",
@@ -48,8 +54,10 @@ __all__ = [
     "TemplateSearch",
     "TemplateTask",
     "TunedTemplate",
+    "cuda_schedule",
     "get_template",
     "load_best",
+    "pattern_options",
     "prior_model",
     "registered",
     "template",

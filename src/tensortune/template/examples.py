@@ -1,8 +1,10 @@
-"""Worked templates: a register-tiled matmul and a convolution vectorized along its filters.
+"""Worked templates: a register-tiled matmul and a convolution vectorized along its filters
+for the CPU, and a matmul over the GPU contraction pattern's options.
 
-Both are the hand-written schedules of `examples/te_matmul_schedule.py` and
+The CPU ones are the hand-written schedules of `examples/te_matmul_schedule.py` and
 `examples/te_conv2d_schedule.py` with their numbers turned into knobs; docs/templates.md
-walks through them. Importing this module registers `matmul` and `conv2d`.
+walks through all three. Importing this module registers `matmul`, `conv2d` and
+`gpu_matmul`.
 
 Example:
     >>> task = matmul(64, 64, 64)
@@ -99,3 +101,39 @@ def conv2d(cfg, N: int, C: int, H: int, W: int, F: int, R: int, S: int, padding:
     cfg.define_annotate("unroll", ["rr", "rs", "y", "x"], "unroll")
     cfg["unroll"].apply(s, OL)
     return s, [data, weight, out]
+
+
+@template("gpu_matmul")
+def gpu_matmul(cfg, M: int, N: int, K: int, dtype: str = "float16"):
+    """C = A @ B on the GPU, over the contraction pattern's options: the output tile
+    (`tile_m` x `tile_n`), the reduction step `tile_k`, the warps, the pipeline stages,
+    the grouped launch order, and the launch: plain, persistent (one program per
+    multiprocessor) or persistent with TMA loads and stores, where the shape offers them."""
+    from .cuda import cuda_schedule, pattern_options
+    A = te.placeholder((M, K), dtype, "A")
+    B = te.placeholder((K, N), dtype, "B")
+    k = te.reduce_axis(K, "k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    offered = pattern_options(C)
+
+    def at_least(name: str, low: int) -> list[int]:  # tiles this big or more, where the extent allows
+        values = offered[name]
+        return [v for v in values if v >= low] or values[-1:]
+
+    cfg.define_knob("tile_m", at_least("BLOCK_M", 32))
+    cfg.define_knob("tile_n", at_least("BLOCK_N", 32))
+    cfg.define_knob("tile_k", [v for v in offered["BLOCK_K"] if v in (32, 64)] or offered["BLOCK_K"][:1])
+    cfg.define_knob("warps", [4, 8])
+    cfg.define_knob("stages", [3, 4])
+    cfg.define_knob("group_m", [1, 8])
+    cfg.define_knob("split_k", offered["SPLIT_K"])  # [1] unless the tiles alone cannot fill the GPU
+    launches = ["plain"] + (["persistent"] if True in offered["PERSISTENT"] else []) \
+        + (["tma"] if True in offered["TMA"] and True in offered["TMA_STORE"] else [])
+    cfg.define_knob("launch", launches)
+    launch = {"plain": {"PERSISTENT": False, "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1},
+              "persistent": {"PERSISTENT": True, "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1},
+              "tma": {"PERSISTENT": True in offered["PERSISTENT"], "TMA": True, "TMA_STORE": True,
+                      "EPILOGUE_SPLIT": 2}}[cfg["launch"]]
+    return cuda_schedule(C, BLOCK_M=cfg["tile_m"], BLOCK_N=cfg["tile_n"], BLOCK_K=cfg["tile_k"],
+                         num_warps=cfg["warps"], num_stages=cfg["stages"], GROUP_M=cfg["group_m"],
+                         SPLIT_K=cfg["split_k"], **launch)

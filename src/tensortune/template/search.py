@@ -6,7 +6,8 @@ changed for templates:
 - the cost model sees the features of each candidate's lowered loop nest
   (`autoschedule.features.program_features`, the auto-scheduler's own columns), not the
   knobs' raw values, so a model trained on one template's records ranks the candidates
-  of another template of the same computation, or the auto-scheduler's;
+  of another template of the same computation, or the auto-scheduler's (a GPU template:
+  the columns of the pattern options each candidate resolves to, `cuda.PatternFeatures`);
 - moves respect the knobs: a split mutates by moving a prime factor from one of its
   factors to another (the product stays the extent, as Ansor mutates tile sizes);
   crossover takes each knob whole from one parent or the other.
@@ -120,7 +121,11 @@ class TemplateSearch(EvolutionarySearch):
 
     def __init__(self, task: TemplateTask, seed: int | None = None, budget: int | None = None, *,
                  cores: int = 2, population: int = 128, **options) -> None:
-        features = TemplateFeatures(task, cores)
+        if task.cuda is not None:
+            from .cuda import PatternFeatures
+            features: Any = PatternFeatures(task)
+        else:
+            features = TemplateFeatures(task, cores)
         options.setdefault("cost_model", XGBRankModel(seed=seed, feature_names=features.names))
         super().__init__(task.space, seed, budget, population=population, **options)
         self.task = task
@@ -133,16 +138,18 @@ class TemplateSearch(EvolutionarySearch):
         a model on program features comes in through `use_program_prior`."""
         return False
 
-    def use_program_prior(self, model: XGBRankModel) -> None:
+    def use_program_prior(self, model: XGBRankModel, *, explore: bool = False) -> None:
         """Start from `model`, fitted on the program features of other records of the same
-        computation (another template, the auto-scheduler): its scores guide the first
-        plans after half the usual random start, and fade as this search's own
-        measurements arrive (the model becomes the base margin of the search's own)."""
+        computation (another template or shape, the auto-scheduler): its scores pick the
+        very first batch (half of it spread apart, as every plan's exploring share is) and
+        fade as this search's own measurements arrive (the model becomes the base margin of
+        the search's own). With `explore` (a model from other devices, whose fastest region
+        may lie elsewhere here) half the usual random start is measured first."""
         for m in self._members():
             m.base = model  # type: ignore[union-attr]
         self._fitted_on = -1
         self._prior = True
-        self.random_start = self.initial // 2
+        self.random_start = self.initial // 2 if explore else 0
 
     def tell(self, results) -> None:
         """Learn from each candidate's fastest run: on a shared machine a neighbour's load

@@ -3,7 +3,8 @@
 A template is a function `f(cfg, *shapes)` that builds the tensor expressions for those
 shapes, declares knobs on `cfg` and returns a schedule whose numbers come from them:
 `(schedule, args)` (the kernel's arguments in call order) or a schedule alone (its
-inputs, then its outputs). `Template(*shapes)` binds it to shapes: a `TemplateTask`
+inputs, then its outputs) for the CPU; for the GPU, `cuda_schedule(output, **options)`
+(`template.cuda`: the GPU pattern's options). `Template(*shapes)` binds it to shapes: a `TemplateTask`
 with the knobs' space, the configuration -> schedule map, and the workload its records
 are keyed on.
 
@@ -40,6 +41,7 @@ from ..space import Config, Space
 from ..te.schedule import Schedule
 from ..te.tensor import Tensor
 from .collector import KnobCollector
+from .cuda import CudaSchedule, Resolved
 from .knobs import Knob, TemplateError
 
 _REGISTRY: dict[str, Template] = {}
@@ -109,15 +111,19 @@ def registered() -> list[str]:
 
 @dataclass(frozen=True)
 class Instance:
-    """One run of the template: its schedule and kernel arguments, and the knobs it declared."""
+    """One run of the template: its schedule and kernel arguments (CPU) or its GPU
+    pattern's options (`cuda`), and the knobs it declared."""
 
-    schedule: Schedule
+    schedule: Schedule | None
     args: tuple[Tensor, ...]
     knobs: Mapping[str, Knob]
+    cuda: CudaSchedule | None = None
 
 
 def run_template(tmpl: Template, shapes: Sequence[Any], cfg: KnobCollector) -> Instance:
     out = tmpl.fn(cfg, *shapes)
+    if isinstance(out, CudaSchedule):
+        return Instance(None, (), dict(cfg.knobs), out)
     if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], Schedule):
         s, args = out
         args = tuple(args)
@@ -125,7 +131,8 @@ def run_template(tmpl: Template, shapes: Sequence[Any], cfg: KnobCollector) -> I
         s = out
         args = tuple(s.inputs) + tuple(s.outputs)
     else:
-        raise TemplateError(f"template {tmpl.name!r} must return a schedule or (schedule, args), got {out!r:.200}")
+        raise TemplateError(f"template {tmpl.name!r} must return a schedule, (schedule, args) or "
+                            f"cuda_schedule(output, ...), got {out!r:.200}")
     if not all(isinstance(t, Tensor) for t in args):
         raise TemplateError(f"template {tmpl.name!r}: its args must be tensors, got {list(args)!r:.200}")
     return Instance(s, args, dict(cfg.knobs))
@@ -143,6 +150,12 @@ class TemplateTask:
     args: tuple[Tensor, ...]
     workload: Workload
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    cuda: Resolved | None = field(default=None, compare=False)  # a GPU template: its first option's pattern
+
+    @property
+    def target(self) -> str:
+        """"c" (a te schedule compiled to C for the CPU) or "cuda" (Triton from a GPU pattern)."""
+        return "c" if self.cuda is None else "cuda"
 
     @staticmethod
     def of(tmpl: Template, shapes: Sequence[Any]) -> TemplateTask:
@@ -150,30 +163,67 @@ class TemplateTask:
         cfg = KnobCollector.collecting()
         inst = run_template(tmpl, shapes, cfg)
         space = cfg.space()
-        outputs = tuple(inst.schedule.outputs)
+        cuda = None
+        if inst.cuda is not None:  # a GPU template: the graph's pattern, checked with every knob at its first option
+            from .cuda import resolve
+            cuda = resolve(inst.cuda)
+            outputs: tuple[Tensor, ...] = (inst.cuda.output,)
+            args = tuple(cuda.plan.inputs) + outputs
+        else:
+            assert inst.schedule is not None
+            outputs, args = tuple(inst.schedule.outputs), inst.args
         try:
             shape_key = json.loads(json.dumps(list(shapes)))
         except TypeError:
             raise TemplateError(f"template {tmpl.name!r}: its arguments {shapes!r} must be numbers, strings or "
                                 "lists of them (they key its records)") from None
-        key = {"shapes": shape_key, "args": [[t.name, list(t.shape), t.dtype] for t in inst.args],
+        key = {"shapes": shape_key, "args": [[t.name, list(t.shape), t.dtype] for t in args],
                "knobs": sorted(space.names)}
+        if cuda is not None:
+            key["target"] = "cuda"
         source = tmpl.source_hash + "\n" + graph_text(outputs)
         workload = Workload.make(f"template:{tmpl.name}", source, key)
-        return TemplateTask(tmpl, tuple(shapes), inst.knobs, space, outputs, inst.args, workload)
+        return TemplateTask(tmpl, tuple(shapes), inst.knobs, space, outputs, args, workload, cuda=cuda)
 
     @property
     def name(self) -> str:
         return self.template.name
 
     def instantiate(self, config: Mapping[str, Any]) -> tuple[Schedule, tuple[Tensor, ...]]:
-        """(schedule, kernel arguments) of one configuration of the space."""
+        """(schedule, kernel arguments) of one configuration of a CPU template's space."""
+        if self.cuda is not None:
+            raise TemplateError(f"template {self.name!r} is a GPU template: its configurations resolve to GPU "
+                                "pattern options (task.resolve(config)), not te schedules")
+        inst = run_template(self.template, self.shapes, KnobCollector.applying(self.knobs, self._checked(config)))
+        assert inst.schedule is not None
+        return inst.schedule, inst.args
+
+    def resolve(self, config: Mapping[str, Any]) -> Resolved:
+        """A GPU template's configuration as its pattern and a configuration of the pattern's
+        sketch; a `TemplateError` when the options do not make one, or the graph is not the
+        one its first option built."""
+        from .cuda import resolve
+        if self.cuda is None:
+            raise TemplateError(f"template {self.name!r} is a CPU template (it returns a te schedule); "
+                                "task.instantiate(config) builds its configurations")
+        inst = run_template(self.template, self.shapes, KnobCollector.applying(self.knobs, self._checked(config)))
+        if inst.cuda is None:
+            raise TemplateError(f"template {self.name!r} returned a te schedule for {dict(config)!r:.200} and "
+                                "cuda_schedule(...) for its first options; it must return one kind")
+        out = resolve(inst.cuda, self.cuda.sms)
+        ref = [(t.name, t.shape, t.dtype) for t in self.args]
+        got = [(t.name, t.shape, t.dtype) for t in tuple(out.plan.inputs) + (inst.cuda.output,)]
+        if got != ref:
+            raise TemplateError(f"template {self.name!r}: the kernel's arguments {got} differ from those of its "
+                                f"first options {ref}; every configuration must compute the same graph's output")
+        return out
+
+    def _checked(self, config: Mapping[str, Any]) -> Config:
         config = config if isinstance(config, Config) else Config(dict(config))
         if not self.space.is_valid(config):
             raise TemplateError(f"template {self.name!r}: {config.to_json()[:300]} is not a configuration of its "
                                 "space")
-        inst = run_template(self.template, self.shapes, KnobCollector.applying(self.knobs, config))
-        return inst.schedule, inst.args
+        return config
 
     @property
     def flops(self) -> float:

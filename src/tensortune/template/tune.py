@@ -48,10 +48,12 @@ DEFAULT_STRATEGY = "model"  # TemplateSearch: evolutionary, cost model on loop-n
 
 @dataclass(frozen=True)
 class TunedTemplate:
-    """A template's best configuration, compiled and verified; call it like `te.Kernel`."""
+    """A template's best configuration, compiled and verified; call it like its kernel: a
+    `te.Kernel` (CPU: NumPy arrays or torch CPU tensors) or a `CudaKernel` (GPU: torch
+    tensors)."""
 
     task: TemplateTask
-    kernel: Kernel
+    kernel: Any  # te.build.Kernel | backends.triton.CudaKernel
     config: Config
     time: float  # the best measured median, seconds
     trials: int  # measured by this call (0 when rebuilt from the records)
@@ -63,7 +65,18 @@ class TunedTemplate:
 
     @property
     def schedule(self) -> Schedule:
+        """The te schedule of a CPU template's best configuration."""
+        if self.task.cuda is not None:
+            raise TemplateError(f"template {self.task.name!r} is a GPU template: it has pattern options "
+                                "(.options), not a te schedule")
         return self.kernel.schedule
+
+    @property
+    def options(self) -> Config:
+        """The GPU pattern's options of a GPU template's best configuration."""
+        if self.task.cuda is None:
+            raise TemplateError(f"template {self.task.name!r} is a CPU template: it has a te schedule (.schedule)")
+        return self.kernel.config
 
     @property
     def source(self) -> str:
@@ -100,9 +113,9 @@ def open_db(db: Any) -> Database:
 
 
 def tune(task: TemplateTask, budget: Budget | int | float | None = None, db: Any = None, *,
-         strategy: str = DEFAULT_STRATEGY, seed: int = 0, jobs: int = 2, retune: bool = False,
-         progress: bool | None = None, timer: Timer | None = None, retry_failed: bool = False,
-         prior: Sequence[TemplateTask | str] = ()) -> TunedTemplate:
+         strategy: str = DEFAULT_STRATEGY, seed: int = 0, jobs: int | None = None, retune: bool = False,
+         progress: bool | None = None, timer: Any = None, retry_failed: bool = False,
+         prior: Sequence[TemplateTask | str] = (), confirm: bool = True, cache_dir: Any = None) -> TunedTemplate:
     """Tune the template's knobs and return the best configuration compiled and verified.
 
     With records of this template and shapes in `db`, the recorded best is rebuilt without
@@ -110,8 +123,18 @@ def tune(task: TemplateTask, budget: Budget | int | float | None = None, db: Any
     measured again) or `retry_failed`. `strategy`: "model" (evolutionary search with the
     cost model on loop-nest features) or any registered strategy name ("random", ...).
     `prior`: other `TemplateTask`s of the same computation and/or "autoschedule", whose
-    records in `db` pre-train the model strategy's cost model (`template.prior`)."""
+    records in `db` pre-train the model strategy's cost model (`template.prior`).
+
+    A GPU template (`task.target == "cuda"`) is tuned on the current GPU (`template.cuda_tune`):
+    `jobs` compile processes (default one per CPU; 2 C compiles for the CPU), `timer` a
+    `CudaTimer`, `confirm` re-times near-ties, `cache_dir` holds the generated modules."""
     database = open_db(db)
+    if task.cuda is not None:
+        from .cuda_tune import tune_cuda
+        return tune_cuda(task, budget, database, strategy=strategy, seed=seed, jobs=jobs, retune=retune,
+                         progress=_progress(progress), timer=timer, retry_failed=retry_failed, prior=prior,
+                         confirm=confirm, cache_dir=cache_dir)
+    jobs = jobs or 2
     target = Target.cpu()
     if not (retune or retry_failed):
         found = _rebuild(task, database, target, 0, 0.0, True)
@@ -153,7 +176,12 @@ def tune(task: TemplateTask, budget: Budget | int | float | None = None, db: Any
 def load_best(task: TemplateTask, db: Any = None) -> TunedTemplate:
     """The best recorded configuration of the template for its shapes, compiled and verified
     on fresh inputs, without measuring anything. LookupError when nothing usable is recorded."""
-    found = _rebuild(task, open_db(db), Target.cpu(), 0, 0.0, True)
+    if task.cuda is not None:
+        from .cuda_tune import cuda_target, make_generator, rebuild, require_gpu
+        require_gpu()
+        found = rebuild(task, open_db(db), cuda_target(), make_generator(task, None), 0, 0.0, True)
+    else:
+        found = _rebuild(task, open_db(db), Target.cpu(), 0, 0.0, True)
     if found is None:
         raise LookupError(f"no working configuration of template {task.name!r} {list(task.shapes)} is recorded "
                           "for this machine")
