@@ -19,7 +19,6 @@ Example (on a GPU, or on the CPU with TRITON_INTERPRET=1):
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import time
@@ -118,7 +117,7 @@ def tune_cuda(task: TemplateTask, budget: Budget | int | float | None, db: Datab
     """`TemplateTask.tune` for a GPU template (see `template.tune.tune`)."""
     from ..backends.triton.runtime import GeneratedBuilder
     from ..measure.gpu import GpuRunner
-    from .tune import make_strategy
+    from .tune import make_strategy, template_budget
 
     interpret = require_gpu()
     target = cuda_target()
@@ -127,25 +126,14 @@ def tune_cuda(task: TemplateTask, budget: Budget | int | float | None, db: Datab
         found = rebuild(task, db, target, generator, 0, 0.0, True)
         if found is not None:
             return found
-    limit = Budget.of(budget, default_trials=64)
-    if limit.free_rejections is None and limit.trials is not None:
-        limit = dataclasses.replace(limit, free_rejections=limit.trials)
+    limit = template_budget(budget)
     env = {"TRITON_INTERPRET": "1"} if interpret else {}
     compile_target = max_shared = None
     if not interpret:
         from ..measure.triton_compile import detect_target, device_max_shared
         compile_target, max_shared = detect_target(), device_max_shared()
     start = time.perf_counter()
-    chooser = make_strategy(task, strategy, seed, limit.trials)
-    if prior:
-        from .prior import prior_model
-        from .search import TemplateSearch
-        if not isinstance(chooser, TemplateSearch):
-            raise TemplateError(f"prior= needs the 'model' strategy (a cost model on program features), not "
-                                f"{strategy!r}")
-        model = prior_model(task, db, prior, seed)
-        if model is not None:
-            chooser.use_program_prior(model)
+    chooser = make_strategy(task, strategy, seed, limit.trials, db, prior)
     runner = GpuRunner(gpu_task(task, generator, timer, interpret), timeout=60.0, env=env,
                        cutoff_factor=None if interpret else 4.0)
     builder = GeneratedBuilder(generator, target=compile_target, jobs=jobs, max_shared=max_shared,

@@ -33,7 +33,7 @@ from ..autoschedule.measure import CheckSpec, SketchBuilder, SketchRunner, rando
 from ..backends.c_codegen import generate_c
 from ..backends.c_compiler import CCompiler
 from ..db import Database, Target
-from ..measure import Timer, check_close
+from ..measure import check_close
 from ..search import create_strategy
 from ..space import Config
 from ..te.build import Kernel, build, reference_outputs
@@ -101,10 +101,30 @@ class TemplateBuilder(SketchBuilder):
         return s, generate_c(s.lower(self.function, list(args)))
 
 
-def make_strategy(task: TemplateTask, strategy: str, seed: int, budget: int | None):
-    if strategy == DEFAULT_STRATEGY:
-        return TemplateSearch(task, seed=seed, budget=budget)
-    return create_strategy(strategy, task.space, seed=seed, budget=budget)
+def make_strategy(task: TemplateTask, strategy: str, seed: int, budget: int | None, database: Any = None,
+                  prior: Sequence[TemplateTask | str] = ()):
+    """The search over the template's knobs; with `prior`, the model strategy's cost model
+    starts from those templates' (or the auto-scheduler's) records in `database`."""
+    chooser = (TemplateSearch(task, seed=seed, budget=budget) if strategy == DEFAULT_STRATEGY
+               else create_strategy(strategy, task.space, seed=seed, budget=budget))
+    if prior:
+        if not isinstance(chooser, TemplateSearch):
+            raise TemplateError(f"prior= needs the {DEFAULT_STRATEGY!r} strategy (a cost model on program features), "
+                                f"not {strategy!r}")
+        from .prior import prior_model
+        model = prior_model(task, database, prior, seed)
+        if model is not None:
+            chooser.use_program_prior(model)
+    return chooser
+
+
+def template_budget(budget: Budget | int | float | None) -> Budget:
+    """The budget of a template's run: a schedule (or pattern option) the template refuses
+    costs no measurement, so it does not use up a trial."""
+    limit = Budget.of(budget, default_trials=64)
+    if limit.free_rejections is None and limit.trials is not None:
+        limit = dataclasses.replace(limit, free_rejections=limit.trials)
+    return limit
 
 
 def open_db(db: Any) -> Database:
@@ -140,23 +160,12 @@ def tune(task: TemplateTask, budget: Budget | int | float | None = None, db: Any
         found = _rebuild(task, database, target, 0, 0.0, True)
         if found is not None:
             return found
-    limit = Budget.of(budget, default_trials=64)
-    if limit.free_rejections is None and limit.trials is not None:
-        # a schedule te refuses costs milliseconds and no measurement: it does not use up a trial
-        limit = dataclasses.replace(limit, free_rejections=limit.trials)
+    limit = template_budget(budget)
     spec = CheckSpec.of(task.outputs, task.args, task.workload.source_hash)
     runner = SketchRunner(spec, seed=seed) if timer is None else SketchRunner(spec, timer=timer, seed=seed)
     builder = TemplateBuilder(task, jobs=jobs)
     start = time.perf_counter()
-    chooser = make_strategy(task, strategy, seed, limit.trials)
-    if prior:
-        if not isinstance(chooser, TemplateSearch):
-            raise TemplateError(f"prior= needs the {DEFAULT_STRATEGY!r} strategy (a cost model on program features), "
-                                f"not {strategy!r}")
-        from .prior import prior_model
-        model = prior_model(task, database, prior, seed)
-        if model is not None:
-            chooser.use_program_prior(model)
+    chooser = make_strategy(task, strategy, seed, limit.trials, database, prior)
     try:
         tuner = Tuner(task.space, runner, workload=task.workload, target=target, db=database, builder=builder,
                       strategy=chooser, budget=limit, seed=seed,
