@@ -72,6 +72,8 @@ class Plan:
     native: bool = True  # consecutive C kernels run from one C call (`run` without record/override/around)
     _constants: dict[int, Any] | None = field(default=None, repr=False)
     _segments: list[Any] | None = field(default=None, repr=False)
+    _values: dict[int, Any] | None = field(default=None, repr=False)
+    _cast_to: dict[int, Any] | None = field(default=None, repr=False)
 
     @staticmethod
     def of(graph: Graph, kernels: Sequence[KernelStep], device: str, aliases: set[int] | None = None) -> "Plan":
@@ -143,11 +145,10 @@ class Plan:
         kernels run from one C call."""
         graph = self.graph
         vals: dict[int, Any] = graph.bind(args)
-        for n in graph:
-            if n.kind == "constant":
-                vals[n.id] = n.value
+        vals.update(self._constant_values())
         stored: set[int] = set()
         converted: dict[int, Any] = dict(self.stored_constants()) if override is None else {}
+        casts = self._casts()
 
         def torch_form(i: int) -> Any:
             if override is not None and i in override:
@@ -157,20 +158,23 @@ class Plan:
             return as_logical(v, info.dtype) if i in stored and info is not None else v
 
         def kernel_form(i: int) -> Any:
-            if override is not None and i in override:
-                v, was_stored = override[i], False
+            overridden = override is not None and i in override
+            if overridden:
+                v, was_stored = override[i], False  # type: ignore[index]
             else:
-                if i in converted:
-                    return converted[i]
+                v = converted.get(i)
+                if v is not None:
+                    return v
                 v, was_stored = vals[i], i in stored
-            info = graph.nodes[i].info
-            assert info is not None
             if not was_stored:
-                v = as_stored(v, info.dtype)
+                cast = casts[i]
+                if cast is not None and v.dtype != cast:
+                    v = v.to(cast)
                 if not v.is_contiguous():
                     v = v.contiguous()
-            v = v.reshape(_shape(info.shape)) if v.dim() == 0 else v
-            if override is None or i not in override:
+            if v.dim() == 0:
+                v = v.reshape(1)
+            if not overridden:
                 converted[i] = v
             return v
 
@@ -188,6 +192,19 @@ class Plan:
             for i in vals:
                 record[i] = torch_form(i)
         return map_outputs(graph.outputs, lambda r: torch_form(r.node))
+
+    def _constant_values(self) -> dict[int, Any]:
+        if self._values is None:
+            self._values = {n.id: n.value for n in self.graph if n.kind == "constant"}
+        return self._values
+
+    def _casts(self) -> dict[int, Any]:
+        """Per node, the dtype its kernels store it in where that differs from torch's (int32), else None."""
+        if self._cast_to is None:
+            import torch
+            self._cast_to = {n.id: torch.int32 if n.info is not None and te_dtype(n.info.dtype) == "int32" else None
+                             for n in self.graph}
+        return self._cast_to
 
     def stored_constants(self) -> dict[int, Any]:
         """Constants read by kernels, in the kernels' storage (converted once)."""
