@@ -6,7 +6,7 @@ records when they exist) and with torch.compile, then measures:
 - whole calls, interleaved in rounds: Inductor; tensortune's plan as it runs (consecutive
   C kernels from one C call); the same plan step by step from Python; and the sum of its
   kernels' isolated times;
-- per kernel step: its wall time inside the model (the step-by-step plan, the median
+- per kernel step: its wall time inside the model (timed in C inside the native sequence, the median
   over calls) and alone (called again and again on the same inputs, hot caches);
 - Inductor's ops by torch's profiler, per call, grouped by op and input shapes (its
   matmuls are oneDNN/MKL calls, its fused elementwise and norm work one

@@ -70,10 +70,10 @@ def test_a_compiled_model_runs_its_kernels_natively_and_agrees_with_the_step_by_
         fast = tensortune.compile(model, [x, idx], budget=4, db=str(tmp_path / "r.db"), progress=False)
         [graph] = fast.graphs
         plan = graph.plan
-        segments = [s for s in plan.segments() if isinstance(s, _Segment)]
+        segments = [s for _, s in plan.segments() if isinstance(s, _Segment)]
         kernels = [s for s in plan.steps if isinstance(s, KernelStep)]
         assert len(segments) == 2 and sum(len(s.kernels) for s in segments) == len(kernels)
-        assert any(isinstance(s, tuple) and s[0] == "torch" for s in plan.segments())  # cumsum between them
+        assert any(isinstance(s, tuple) and s[0] == "torch" for _, s in plan.segments())  # cumsum between them
         x2, idx2 = torch.randn(4, 8), torch.randint(0, 3, (4, 8))
         h, out = fast(x2, idx2)
         plan.native = False
@@ -84,6 +84,23 @@ def test_a_compiled_model_runs_its_kernels_natively_and_agrees_with_the_step_by_
         assert relative_error(h, h_ref) < 1e-5 and relative_error(out, out_ref) < 1e-5
         h_again, _ = fast(torch.randn(4, 8), idx2)
         assert not torch.equal(h, h_again) and h.data_ptr() != h_again.data_ptr()  # outputs are fresh
+        seconds: dict[int, float] = {}
+        plan.run(plan_inputs(fast, x2, idx2), seconds=seconds)  # each kernel timed in C, the cumsum in Python
+        timed = {pos for pos, s in enumerate(plan.steps) if isinstance(s, KernelStep) or s[0] == "torch"}
+        assert timed <= set(seconds) and all(seconds[pos] > 0 for pos in timed)
+        assert {t.label for t in fast.report.tasks if t.time > 0} == {t.label for t in fast.report.tasks}
+
+
+def plan_inputs(fast, *args):
+    """The arguments the model's plan receives for `args`."""
+    plan, seen = fast.graphs[0].plan, []
+    real = plan.run
+    plan.run = lambda a, *rest, **kw: (seen.append(list(a)), real(a, *rest, **kw))[1]
+    try:
+        fast(*args)
+    finally:
+        plan.run = real
+    return seen[0]
 
 
 def test_a_replaced_kernel_function_is_called_instead_of_the_native_one(tmp_path):

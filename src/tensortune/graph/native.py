@@ -4,7 +4,8 @@ Calling each kernel from Python costs a ctypes call, a list of pointers and the
 bookkeeping of the plan's loop; in a model of small kernels (a decode step) that is a
 visible share of the call. A `NativeSequence` holds the kernels' C functions and, for
 each, the slots of a pointer table its arguments come from; `run()` calls them all, in
-order, from one C function (`tt_run_sequence`, compiled once and cached like any kernel).
+order, from one C function (`tt_run_sequence`, compiled once and cached like any kernel),
+which can also time each kernel (the report's per-step times on the CPU).
 Slots that hold planned buffers are filled once; the others (graph inputs, fresh outputs)
 before each run.
 
@@ -21,6 +22,9 @@ Example (two calls of a C function through the table):
     0
     >>> z.tolist()
     [4.0, 4.0, 4.0, 4.0]
+    >>> failed, seconds = seq.timed()    # each kernel's wall time, measured in C
+    >>> failed, len(seconds)
+    (0, 2)
 """
 
 from __future__ import annotations
@@ -41,17 +45,27 @@ def _source(max_args: int) -> str:
         cases.append(f"    case {n}: r = ((int (*)({params}))fns[i])({args}); break;")
     body = "\n".join(cases)
     return f"""#include <stdint.h>
-/* Calls n kernels in order; kernel i takes nargs[i] pointers, table[args[...]].
+#include <time.h>
+static double tt_now(void) {{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}}
+/* Calls n kernels in order; kernel i takes nargs[i] pointers, table[args[...]]. With
+   `seconds`, adds each kernel's wall time to seconds[i].
    Returns 0, i + 1 when kernel i returned non-zero, or -(i + 1) for an arity it lacks. */
-int tt_run_sequence(int n, void* const* fns, const int32_t* nargs, const int32_t* args, void* const* table) {{
+int tt_run_sequence(int n, void* const* fns, const int32_t* nargs, const int32_t* args, void* const* table,
+                    double* seconds) {{
   const int32_t* a = args;
   void* const* t = table;
   for (int i = 0; i < n; i++) {{
     int r;
+    double start = seconds ? tt_now() : 0.0;
     switch (nargs[i]) {{
 {body}
     default: return -(i + 1);
     }}
+    if (seconds) seconds[i] += tt_now() - start;
     if (r != 0) return i + 1;
     a += nargs[i];
   }}
@@ -64,7 +78,8 @@ int tt_run_sequence(int n, void* const* fns, const int32_t* nargs, const int32_t
 def _runner() -> Any:
     from ..backends.c_compiler import CCompiler, load_function
     library = CCompiler().compile(_source(MAX_ARGS))
-    return load_function(library, "tt_run_sequence", ["int", "void*", "void*", "void*", "void*"], restype="int")
+    return load_function(library, "tt_run_sequence", ["int", "void*", "void*", "void*", "void*", "void*"],
+                         restype="int")
 
 
 def function_address(fn: Any) -> int:
@@ -96,6 +111,13 @@ class NativeSequence:
     def set(self, slot: int, pointer: int) -> None:
         self.table[slot] = pointer
 
-    def run(self) -> int:
-        """0, or k + 1 where kernel k failed (returned non-zero)."""
-        return self._fn(self.count, self._fns, self._nargs, self._args, self.table)
+    def run(self, seconds: Any = None) -> int:
+        """0, or k + 1 where kernel k failed (returned non-zero). `seconds`: a ctypes array
+        of `count` doubles, to which each kernel's wall time is added."""
+        return self._fn(self.count, self._fns, self._nargs, self._args, self.table, seconds)
+
+    def timed(self) -> tuple[int, list[float]]:
+        """`run()`, and each kernel's wall time in seconds (measured in C, around each call)."""
+        seconds = (ctypes.c_double * max(self.count, 1))()
+        failed = self.run(seconds)
+        return failed, list(seconds)[:self.count]

@@ -25,6 +25,7 @@ Example (`compile` builds plans; a plan runs like the graph it came from):
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -138,11 +139,13 @@ class Plan:
         return self.run(args)
 
     def run(self, args: Sequence[Any], record: dict[int, Any] | None = None,
-            override: dict[int, Any] | None = None, around: Callable[[int], Any] | None = None) -> Any:
+            override: dict[int, Any] | None = None, around: Callable[[int], Any] | None = None,
+            seconds: dict[int, float] | None = None) -> Any:
         """The graph's outputs; `record` collects every value; `override` feeds given
         values (in torch form) to the steps instead of computed ones; `around(k)` is a
-        context manager each step k runs in (for timing). Without them, consecutive C
-        kernels run from one C call."""
+        context manager each step k runs in. Without these three, consecutive C kernels
+        run from one C call. `seconds`: each step's wall time is added to it, by position
+        (C kernels of a sequence timed in C)."""
         graph = self.graph
         vals: dict[int, Any] = graph.bind(args)
         vals.update(self._constant_values())
@@ -179,15 +182,22 @@ class Plan:
             return v
 
         if record is None and override is None and around is None and self.native and self.device == "cpu":
-            for item in self.segments():
+            for pos, item in self.segments():
                 if isinstance(item, _Segment):
-                    item.run(self, vals, stored, kernel_form)
-                else:
+                    item.run(self, vals, stored, kernel_form, seconds)
+                elif seconds is None:
                     self._step(item, vals, stored, kernel_form, torch_form)
+                else:
+                    with _timed(seconds, pos):
+                        self._step(item, vals, stored, kernel_form, torch_form)
         else:
             for pos, s in enumerate(self.steps):
                 with around(pos) if around is not None else contextlib.nullcontext():
-                    self._step(s, vals, stored, kernel_form, torch_form)
+                    if seconds is None:
+                        self._step(s, vals, stored, kernel_form, torch_form)
+                    else:
+                        with _timed(seconds, pos):
+                            self._step(s, vals, stored, kernel_form, torch_form)
         if record is not None:
             for i in vals:
                 record[i] = torch_form(i)
@@ -220,25 +230,26 @@ class Plan:
             self._constants = out
         return self._constants
 
-    def segments(self) -> list[Any]:
-        """The steps, with each run of consecutive C kernels (and reshapes between them) as one `_Segment`."""
+    def segments(self) -> list[tuple[int, Any]]:
+        """(position, step) for the steps, with each run of consecutive C kernels (and
+        reshapes between them) as one `_Segment` (at its first step's position)."""
         if self._segments is None:
-            out: list[Any] = []
-            run: list[Any] = []
-            for s in self.steps + [None]:
+            out: list[tuple[int, Any]] = []
+            run: list[tuple[int, Any]] = []
+            for pos, s in enumerate(self.steps + [None]):
                 if s is not None and ((isinstance(s, KernelStep) and s.runs_natively)
                                       or (isinstance(s, tuple) and s[0] == "alias" and run)):
-                    run.append(s)
+                    run.append((pos, s))
                     continue
-                trailing = []
-                while run and isinstance(run[-1], tuple):
+                trailing: list[tuple[int, Any]] = []
+                while run and isinstance(run[-1][1], tuple):
                     trailing.insert(0, run.pop())
                 if run:
-                    out.append(_Segment.of(self, run))
+                    out.append((run[0][0], _Segment.of(self, run)))
                 out.extend(trailing)
                 run = []
                 if s is not None:
-                    out.append(s)
+                    out.append((pos, s))
             self._segments = out
         return self._segments
 
@@ -275,18 +286,20 @@ class _Segment:
     outputs) are allocated and the values made before the segment (graph inputs, torch
     steps' results) are converted, and their slots filled."""
 
-    def __init__(self, kernels: list[KernelStep], aliases: list[tuple[int, int]], sequence: Any,
-                 fixed_values: dict[int, Any], fresh: list[tuple[int, int, Any]],
+    def __init__(self, kernels: list[KernelStep], positions: list[int], aliases: list[tuple[int, int]],
+                 sequence: Any, fixed_values: dict[int, Any], fresh: list[tuple[int, int, Any]],
                  incoming: list[tuple[int, int]]) -> None:
-        self.kernels, self.aliases, self.sequence = kernels, aliases, sequence
+        self.kernels, self.positions, self.aliases, self.sequence = kernels, positions, aliases, sequence
         self.fixed_values = fixed_values  # node id -> its value (torch form of the stored tensor)
         self.fresh = fresh  # (root, slot, (shape, dtype)) allocated per call
         self.incoming = incoming  # (node id, slot) converted per call
 
     @staticmethod
-    def of(plan: Plan, steps: list[Any]) -> "_Segment":
+    def of(plan: Plan, placed: list[tuple[int, Any]]) -> "_Segment":
         from .native import NativeSequence
 
+        steps = [s for _, s in placed]
+        positions = [pos for pos, s in placed if isinstance(s, KernelStep)]
         graph = plan.graph
         slots: dict[int, int] = {}
         constants = plan.stored_constants()
@@ -334,9 +347,10 @@ class _Segment:
             if plan._base(a) in plan.buffers:
                 info = graph.nodes[a].info
                 fixed_values[a] = plan.buffers[plan._base(a)].reshape(info.shape if info.shape else ())
-        return _Segment(kernels, aliases, sequence, fixed_values, fresh, incoming)
+        return _Segment(kernels, positions, aliases, sequence, fixed_values, fresh, incoming)
 
-    def run(self, plan: Plan, vals: dict[int, Any], stored: set[int], kernel_form: Any) -> None:
+    def run(self, plan: Plan, vals: dict[int, Any], stored: set[int], kernel_form: Any,
+            seconds: dict[int, float] | None = None) -> None:
         import torch
 
         seq = self.sequence
@@ -350,7 +364,12 @@ class _Segment:
             out = torch.empty(shape, dtype=dtype, device=plan.device)
             fresh[root] = out
             seq.set(slot, out.data_ptr())
-        failed = seq.run()
+        if seconds is None:
+            failed = seq.run()
+        else:
+            failed, times = seq.timed()
+            for pos, t in zip(self.positions, times):
+                seconds[pos] = seconds.get(pos, 0.0) + t
         if failed:
             k = abs(failed) - 1
             if failed < 0:
@@ -368,6 +387,13 @@ class _Segment:
                 info = graph.nodes[a].info
                 vals[a] = vals[src].reshape(info.shape if info.shape else ())
             stored.add(a)
+
+
+@contextlib.contextmanager
+def _timed(seconds: dict[int, float], pos: int) -> Any:
+    start = time.perf_counter()
+    yield
+    seconds[pos] = seconds.get(pos, 0.0) + time.perf_counter() - start
 
 
 def _shape(shape: tuple[int, ...]) -> tuple[int, ...]:
