@@ -36,14 +36,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import first, hf_models  # noqa: E402
 
 
-def clock(fn: Callable[[], Any], n: int) -> float:
-    start = time.perf_counter()
+def clock(fn: Callable[[], Any], n: int, now: Callable[[], float] = time.perf_counter) -> float:
+    start = now()
     for _ in range(n):
         fn()
-    return (time.perf_counter() - start) / n
+    return (now() - start) / n
 
 
-def rounds(contenders: dict[str, Callable[[], Any]], count: int, per_round: int) -> dict[str, float]:
+def rounds(contenders: dict[str, Callable[[], Any]], count: int, per_round: int,
+           now: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Median over rounds of each contender's mean seconds per call; the order alternates every round."""
     times: dict[str, list[float]] = {k: [] for k in contenders}
     for fn in contenders.values():
@@ -52,7 +53,7 @@ def rounds(contenders: dict[str, Callable[[], Any]], count: int, per_round: int)
     names = list(contenders)
     for r in range(count):
         for name in names if r % 2 == 0 else reversed(names):
-            times[name].append(clock(contenders[name], per_round))
+            times[name].append(clock(contenders[name], per_round, now))
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -158,7 +159,8 @@ def breakdown(name: str, make: Callable[[], Any], args: argparse.Namespace) -> d
                 for plan in steps_off:
                     plan.native = True
         latency = rounds({"inductor": call_inductor, "tensortune": call_fast, "tensortune step by step": step_by_step},
-                         args.rounds, args.per_round)
+                         args.rounds, args.per_round,
+                         time.process_time if args.clock == "process" else time.perf_counter)
         out.update({f"{k} ms": v * 1e3 for k, v in latency.items()})
         out["tensortune kernels isolated ms"] = sum(r.get("isolated_s", 0.0) for g in out["graphs"] for r in g) * 1e3
         out["inductor ops"] = inductor_ops(call_inductor, args.calls)
@@ -194,8 +196,13 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=10)
     parser.add_argument("--calls", type=int, default=10, help="profiled calls per measurement")
     parser.add_argument("--repeats", type=int, default=23, help="isolated calls of each kernel (the first 3 warm up)")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: torch's)")
+    parser.add_argument("--clock", choices=["wall", "process"], default="wall",
+                        help="whole calls by the wall clock or by the process's CPU time (a shared machine, --threads 1)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     makers = hf_models("small", "cpu")
     results = []
     for name in args.models.split(","):
@@ -204,7 +211,7 @@ def main() -> None:
         if args.json:
             meta = {"device": platform.processor(), "torch": torch.__version__, "cpus": os.cpu_count(),
                     "argv": sys.argv, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                    "load": os.getloadavg()}
+                    "load": os.getloadavg(), "threads": torch.get_num_threads(), "clock": args.clock}
             with open(args.json, "w") as f:
                 json.dump({"meta": meta, "models": results}, f, indent=1, default=str)
 
