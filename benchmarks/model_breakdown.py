@@ -6,8 +6,11 @@ records when they exist) and with torch.compile, then measures:
 - whole calls, interleaved in rounds: Inductor; tensortune's plan as it runs (consecutive
   C kernels from one C call); the same plan step by step from Python; and the sum of its
   kernels' isolated times;
-- per kernel step: its wall time inside the model (timed in C inside the native sequence, the median
-  over calls) and alone (called again and again on the same inputs, hot caches);
+- per kernel step: its time inside the model (timed in C inside the native sequence, the
+  median over calls) and alone (called again and again on the same inputs, hot caches);
+  with --clock process, CPU time (use --threads 1), which other work on the machine does
+  not inflate;
+- Inductor's library matmuls (oneDNN/MKL) alone on the shapes its profile shows;
 - Inductor's ops by torch's profiler, per call, grouped by op and input shapes (its
   matmuls are oneDNN/MKL calls, its fused elementwise and norm work one
   `CompiledFxGraph` entry).
@@ -94,22 +97,51 @@ def _null() -> Any:
     return contextlib.nullcontext()
 
 
-def per_step(plan: Any, args: list[Any], calls: int, repeats: int) -> list[dict[str, Any]]:
-    from tensortune.graph.report import profile
+def per_step(plan: Any, args: list[Any], calls: int, repeats: int, process_clock: bool) -> list[dict[str, Any]]:
+    """Each step's time in the model (the plan as it runs, C kernels timed in C; the median
+    over `calls`) and, for kernels, alone (the mean over `repeats` calls on the same inputs).
+    `process_clock`: CPU time (the calling thread's in the model, the process's alone)."""
     from tensortune.graph.runtime import KernelStep
     inputs = kernel_inputs(plan, args)
-    in_model = [profile(plan, args, "cpu", runs=calls) for _ in range(3)]
+    plan.run(args)
+    in_model: dict[int, list[float]] = {}
+    for _ in range(calls):
+        seconds: dict[int, float] = {}
+        plan.run(args, seconds=seconds, thread_time=process_clock)
+        for pos, t in seconds.items():
+            in_model.setdefault(pos, []).append(t)
+    now = time.process_time if process_clock else time.perf_counter
     rows = []
     for pos, s in enumerate(plan.steps):
-        t = statistics.median(p.get(pos, 0.0) for p in in_model)
+        t = statistics.median(in_model.get(pos, [0.0]))
         if not isinstance(s, KernelStep):
             rows.append({"step": pos, "name": f"{s[0]} @{s[1]}", "in_model_s": t})
             continue
         i, o = inputs[s.root]
-        alone = [clock(lambda: s.run(i, o), 1) for _ in range(repeats)]
-        rows.append({"step": pos, "name": s.name, "task": s.task, "in_model_s": t,
-                     "isolated_s": statistics.median(alone[3:])})
+        s.run(i, o)
+        alone = [clock(lambda: s.run(i, o), repeats, now) for _ in range(3)]
+        rows.append({"step": pos, "name": s.name, "task": s.task, "in_model_s": t, "isolated_s": min(alone)})
     return rows
+
+
+def library_alone(ops: list[dict[str, Any]], repeats: int, process_clock: bool) -> list[dict[str, Any]]:
+    """Inductor's library matmuls (aten mm/addmm/bmm, oneDNN/MKL) timed alone on their shapes."""
+    import ast
+    now = time.process_time if process_clock else time.perf_counter
+    out = []
+    for r in ops:
+        op = r["op"].replace("aten::", "")
+        if op not in ("mm", "addmm", "bmm"):
+            continue
+        shapes = [tuple(x) for x in ast.literal_eval(r["shapes"]) if x]
+        tensors = [torch.randn(sh) for sh in shapes]
+        fn = {"mm": lambda: torch.mm(tensors[0], tensors[1], out=tensors[2]),
+              "bmm": lambda: torch.bmm(tensors[0], tensors[1], out=tensors[2]),
+              "addmm": lambda: torch.addmm(tensors[0], tensors[1], tensors[2], out=tensors[3])}[op]
+        fn()
+        alone = min(clock(fn, repeats, now) for _ in range(3))
+        out.append({"op": r["op"], "shapes": r["shapes"], "count_per_call": r["count_per_call"], "alone_s": alone})
+    return out
 
 
 def inductor_ops(compiled: Callable[[], Any], calls: int) -> list[dict[str, Any]]:
@@ -146,7 +178,7 @@ def breakdown(name: str, make: Callable[[], Any], args: argparse.Namespace) -> d
         steps_off = []
         for g in fast.graphs:
             plan_args = plan_arguments(g, call_fast)
-            rows = per_step(g.plan, plan_args, args.calls, args.repeats)
+            rows = per_step(g.plan, plan_args, args.calls, args.repeats, args.clock == "process")
             out["graphs"].append(rows)
             steps_off.append(g.plan)
 
@@ -164,6 +196,7 @@ def breakdown(name: str, make: Callable[[], Any], args: argparse.Namespace) -> d
         out.update({f"{k} ms": v * 1e3 for k, v in latency.items()})
         out["tensortune kernels isolated ms"] = sum(r.get("isolated_s", 0.0) for g in out["graphs"] for r in g) * 1e3
         out["inductor ops"] = inductor_ops(call_inductor, args.calls)
+        out["library alone"] = library_alone(out["inductor ops"], args.repeats, args.clock == "process")
         out["agree"] = float((first(call_fast()) - first(call_inductor())).abs().max())
     return out
 
@@ -180,7 +213,10 @@ def show(result: dict[str, Any]) -> str:
             lines.append(f"| {r['step']} | {r['name'][:60]} | {r['in_model_s'] * 1e6:.1f} | "
                          f"{alone * 1e6:.1f} | {ratio} |" if alone else
                          f"| {r['step']} | {r['name'][:60]} | {r['in_model_s'] * 1e6:.1f} | | |")
-    lines += ["", "| Inductor op | input shapes | per call | us per call |", "| --- | --- | --- | --- |"]
+    lines += ["", "| Inductor's library matmul | input shapes | per call | alone us |", "| --- | --- | --- | --- |"]
+    for r in result["library alone"]:
+        lines.append(f"| {r['op']} | {r['shapes'][:70]} | {r['count_per_call']:.0f} | {r['alone_s'] * 1e6:.1f} |")
+    lines += ["", "| Inductor op (profiler, wall) | input shapes | per call | us per call |", "| --- | --- | --- | --- |"]
     for r in result["inductor ops"][:16]:
         lines.append(f"| {r['op'][:50]} | {r['shapes'][:70]} | {r['count_per_call']:.0f} | "
                      f"{r['self_s_per_call'] * 1e6:.1f} |")
@@ -195,7 +231,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--per-round", type=int, default=10)
     parser.add_argument("--calls", type=int, default=10, help="profiled calls per measurement")
-    parser.add_argument("--repeats", type=int, default=23, help="isolated calls of each kernel (the first 3 warm up)")
+    parser.add_argument("--repeats", type=int, default=20, help="calls of each kernel alone per measurement (best of 3)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: torch's)")
     parser.add_argument("--clock", choices=["wall", "process"], default="wall",
                         help="whole calls by the wall clock or by the process's CPU time (a shared machine, --threads 1)")

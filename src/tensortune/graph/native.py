@@ -46,26 +46,27 @@ def _source(max_args: int) -> str:
     body = "\n".join(cases)
     return f"""#include <stdint.h>
 #include <time.h>
-static double tt_now(void) {{
+static double tt_now(int thread_clock) {{
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(thread_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }}
 /* Calls n kernels in order; kernel i takes nargs[i] pointers, table[args[...]]. With
-   `seconds`, adds each kernel's wall time to seconds[i].
+   `seconds`, adds each kernel's wall time (with thread_clock, the calling thread's CPU
+   time) to seconds[i].
    Returns 0, i + 1 when kernel i returned non-zero, or -(i + 1) for an arity it lacks. */
 int tt_run_sequence(int n, void* const* fns, const int32_t* nargs, const int32_t* args, void* const* table,
-                    double* seconds) {{
+                    double* seconds, int thread_clock) {{
   const int32_t* a = args;
   void* const* t = table;
   for (int i = 0; i < n; i++) {{
     int r;
-    double start = seconds ? tt_now() : 0.0;
+    double start = seconds ? tt_now(thread_clock) : 0.0;
     switch (nargs[i]) {{
 {body}
     default: return -(i + 1);
     }}
-    if (seconds) seconds[i] += tt_now() - start;
+    if (seconds) seconds[i] += tt_now(thread_clock) - start;
     if (r != 0) return i + 1;
     a += nargs[i];
   }}
@@ -78,7 +79,7 @@ int tt_run_sequence(int n, void* const* fns, const int32_t* nargs, const int32_t
 def _runner() -> Any:
     from ..backends.c_compiler import CCompiler, load_function
     library = CCompiler().compile(_source(MAX_ARGS))
-    return load_function(library, "tt_run_sequence", ["int", "void*", "void*", "void*", "void*", "void*"],
+    return load_function(library, "tt_run_sequence", ["int", "void*", "void*", "void*", "void*", "void*", "int"],
                          restype="int")
 
 
@@ -111,13 +112,15 @@ class NativeSequence:
     def set(self, slot: int, pointer: int) -> None:
         self.table[slot] = pointer
 
-    def run(self, seconds: Any = None) -> int:
+    def run(self, seconds: Any = None, thread_time: bool = False) -> int:
         """0, or k + 1 where kernel k failed (returned non-zero). `seconds`: a ctypes array
-        of `count` doubles, to which each kernel's wall time is added."""
-        return self._fn(self.count, self._fns, self._nargs, self._args, self.table, seconds)
+        of `count` doubles, to which each kernel's wall time is added (`thread_time`: the
+        calling thread's CPU time instead, which a machine's other work does not inflate
+        when the kernels run on one thread)."""
+        return self._fn(self.count, self._fns, self._nargs, self._args, self.table, seconds, int(thread_time))
 
-    def timed(self) -> tuple[int, list[float]]:
-        """`run()`, and each kernel's wall time in seconds (measured in C, around each call)."""
+    def timed(self, thread_time: bool = False) -> tuple[int, list[float]]:
+        """`run()`, and each kernel's time in seconds (measured in C, around each call)."""
         seconds = (ctypes.c_double * max(self.count, 1))()
-        failed = self.run(seconds)
+        failed = self.run(seconds, thread_time)
         return failed, list(seconds)[:self.count]

@@ -140,12 +140,12 @@ class Plan:
 
     def run(self, args: Sequence[Any], record: dict[int, Any] | None = None,
             override: dict[int, Any] | None = None, around: Callable[[int], Any] | None = None,
-            seconds: dict[int, float] | None = None) -> Any:
+            seconds: dict[int, float] | None = None, thread_time: bool = False) -> Any:
         """The graph's outputs; `record` collects every value; `override` feeds given
         values (in torch form) to the steps instead of computed ones; `around(k)` is a
         context manager each step k runs in. Without these three, consecutive C kernels
-        run from one C call. `seconds`: each step's wall time is added to it, by position
-        (C kernels of a sequence timed in C)."""
+        run from one C call. `seconds`: each step's wall time (`thread_time`: the calling
+        thread's CPU time) is added to it, by position (C kernels of a sequence timed in C)."""
         graph = self.graph
         vals: dict[int, Any] = graph.bind(args)
         vals.update(self._constant_values())
@@ -184,11 +184,11 @@ class Plan:
         if record is None and override is None and around is None and self.native and self.device == "cpu":
             for pos, item in self.segments():
                 if isinstance(item, _Segment):
-                    item.run(self, vals, stored, kernel_form, seconds)
+                    item.run(self, vals, stored, kernel_form, seconds, thread_time)
                 elif seconds is None:
                     self._step(item, vals, stored, kernel_form, torch_form)
                 else:
-                    with _timed(seconds, pos):
+                    with _timed(seconds, pos, thread_time):
                         self._step(item, vals, stored, kernel_form, torch_form)
         else:
             for pos, s in enumerate(self.steps):
@@ -196,7 +196,7 @@ class Plan:
                     if seconds is None:
                         self._step(s, vals, stored, kernel_form, torch_form)
                     else:
-                        with _timed(seconds, pos):
+                        with _timed(seconds, pos, thread_time):
                             self._step(s, vals, stored, kernel_form, torch_form)
         if record is not None:
             for i in vals:
@@ -350,7 +350,7 @@ class _Segment:
         return _Segment(kernels, positions, aliases, sequence, fixed_values, fresh, incoming)
 
     def run(self, plan: Plan, vals: dict[int, Any], stored: set[int], kernel_form: Any,
-            seconds: dict[int, float] | None = None) -> None:
+            seconds: dict[int, float] | None = None, thread_time: bool = False) -> None:
         import torch
 
         seq = self.sequence
@@ -367,7 +367,7 @@ class _Segment:
         if seconds is None:
             failed = seq.run()
         else:
-            failed, times = seq.timed()
+            failed, times = seq.timed(thread_time)
             for pos, t in zip(self.positions, times):
                 seconds[pos] = seconds.get(pos, 0.0) + t
         if failed:
@@ -390,10 +390,11 @@ class _Segment:
 
 
 @contextlib.contextmanager
-def _timed(seconds: dict[int, float], pos: int) -> Any:
-    start = time.perf_counter()
+def _timed(seconds: dict[int, float], pos: int, thread_time: bool = False) -> Any:
+    now = time.thread_time if thread_time else time.perf_counter
+    start = now()
     yield
-    seconds[pos] = seconds.get(pos, 0.0) + time.perf_counter() - start
+    seconds[pos] = seconds.get(pos, 0.0) + now() - start
 
 
 def _shape(shape: tuple[int, ...]) -> tuple[int, ...]:
