@@ -116,3 +116,27 @@ def test_a_replaced_kernel_function_is_called_instead_of_the_native_one(tmp_path
         plan._segments = None
         assert not step.runs_natively
         assert relative_error(fast(x), 2 * model(x)) < 1e-5
+
+
+def test_calls_from_several_threads_each_get_their_own_result(tmp_path):
+    """Calls share the planned buffers and the sequence's pointer table: they run one at a time."""
+    import threading
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256), torch.nn.Tanh(),
+                                torch.nn.Linear(256, 64)).eval()
+    with torch.no_grad():
+        fast = tensortune.compile(model, [torch.randn(32, 64)], budget=4, db=str(tmp_path / "r.db"), progress=False)
+        xs = [torch.randn(32, 64) for _ in range(4)]
+        refs = [fast(x) for x in xs]
+        wrong = []
+
+        def hammer(k: int) -> None:
+            for _ in range(100):
+                if not torch.equal(fast(xs[k]), refs[k]):
+                    wrong.append(k)
+        threads = [threading.Thread(target=hammer, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not wrong

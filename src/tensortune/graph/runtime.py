@@ -25,6 +25,7 @@ Example (`compile` builds plans; a plan runs like the graph it came from):
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +76,7 @@ class Plan:
     _segments: list[Any] | None = field(default=None, repr=False)
     _values: dict[int, Any] | None = field(default=None, repr=False)
     _cast_to: dict[int, Any] | None = field(default=None, repr=False)
+    _lock: Any = field(default_factory=threading.Lock, repr=False)  # calls share the planned buffers
 
     @staticmethod
     def of(graph: Graph, kernels: Sequence[KernelStep], device: str, aliases: set[int] | None = None) -> "Plan":
@@ -145,7 +147,13 @@ class Plan:
         values (in torch form) to the steps instead of computed ones; `around(k)` is a
         context manager each step k runs in. Without these three, consecutive C kernels
         run from one C call. `seconds`: each step's wall time (`thread_time`: the calling
-        thread's CPU time) is added to it, by position (C kernels of a sequence timed in C)."""
+        thread's CPU time) is added to it, by position (C kernels of a sequence timed in C).
+        Calls from several threads run one at a time: they share the planned buffers."""
+        with self._lock:
+            return self._run(args, record, override, around, seconds, thread_time)
+
+    def _run(self, args: Sequence[Any], record: dict[int, Any] | None, override: dict[int, Any] | None,
+             around: Callable[[int], Any] | None, seconds: dict[int, float] | None, thread_time: bool) -> Any:
         graph = self.graph
         vals: dict[int, Any] = graph.bind(args)
         vals.update(self._constant_values())
