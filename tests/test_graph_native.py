@@ -140,3 +140,16 @@ def test_calls_from_several_threads_each_get_their_own_result(tmp_path):
         for t in threads:
             t.join()
     assert not wrong
+
+
+def test_a_kernel_of_more_arguments_than_the_sequence_takes_is_called_from_python(tmp_path, monkeypatch):
+    from tensortune.graph import native
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)).eval()
+    monkeypatch.setattr(native, "MAX_ARGS", 2)  # the first kernel (input, weight, bias, output) takes 4
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        fast = tensortune.compile(model, [x], budget=2, db=str(tmp_path / "r.db"), progress=False)
+        plan = fast.graphs[0].plan
+        assert not any(isinstance(s, _Segment) for _, s in plan.segments())
+        assert relative_error(fast(x), model(x)) < 1e-5

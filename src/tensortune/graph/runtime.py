@@ -240,13 +240,15 @@ class Plan:
 
     def segments(self) -> list[tuple[int, Any]]:
         """(position, step) for the steps, with each run of consecutive C kernels (and
-        reshapes between them) as one `_Segment` (at its first step's position)."""
+        reshapes between them) as one `_Segment` (at its first step's position). A kernel
+        of more arguments than the sequence takes is called from Python."""
         if self._segments is None:
+            from .native import MAX_ARGS
             out: list[tuple[int, Any]] = []
             run: list[tuple[int, Any]] = []
             for pos, s in enumerate(self.steps + [None]):
-                if s is not None and ((isinstance(s, KernelStep) and s.runs_natively)
-                                      or (isinstance(s, tuple) and s[0] == "alias" and run)):
+                native = isinstance(s, KernelStep) and s.runs_natively and len(s.native.order) <= MAX_ARGS
+                if s is not None and (native or (isinstance(s, tuple) and s[0] == "alias" and run)):
                     run.append((pos, s))
                     continue
                 trailing: list[tuple[int, Any]] = []
