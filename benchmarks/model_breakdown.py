@@ -202,7 +202,8 @@ def breakdown(name: str, make: Callable[[], Any], args: argparse.Namespace) -> d
 
 
 def show(result: dict[str, Any]) -> str:
-    lines = [f"== {result['model']}: inductor {result['inductor ms']:.3f} ms, tensortune {result['tensortune ms']:.3f} ms "
+    lines = [f"== {result['model']}: inductor {result['inductor ms']:.3f} ms, "
+             f"tensortune {result['tensortune ms']:.3f} ms "
              f"(step by step {result['tensortune step by step ms']:.3f} ms; kernels alone add up to "
              f"{result['tensortune kernels isolated ms']:.3f} ms)",
              "| step | tensortune | in model us | alone us | in model / alone |", "| --- | --- | --- | --- | --- |"]
@@ -216,7 +217,8 @@ def show(result: dict[str, Any]) -> str:
     lines += ["", "| Inductor's library matmul | input shapes | per call | alone us |", "| --- | --- | --- | --- |"]
     for r in result["library alone"]:
         lines.append(f"| {r['op']} | {r['shapes'][:70]} | {r['count_per_call']:.0f} | {r['alone_s'] * 1e6:.1f} |")
-    lines += ["", "| Inductor op (profiler, wall) | input shapes | per call | us per call |", "| --- | --- | --- | --- |"]
+    lines += ["", "| Inductor op (profiler, wall) | input shapes | per call | us per call |",
+              "| --- | --- | --- | --- |"]
     for r in result["inductor ops"][:16]:
         lines.append(f"| {r['op'][:50]} | {r['shapes'][:70]} | {r['count_per_call']:.0f} | "
                      f"{r['self_s_per_call'] * 1e6:.1f} |")
@@ -231,10 +233,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--per-round", type=int, default=10)
     parser.add_argument("--calls", type=int, default=10, help="profiled calls per measurement")
-    parser.add_argument("--repeats", type=int, default=20, help="calls of each kernel alone per measurement (best of 3)")
+    parser.add_argument("--repeats", type=int, default=20,
+                        help="calls of each kernel alone per measurement (best of 3)")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: torch's)")
     parser.add_argument("--clock", choices=["wall", "process"], default="wall",
-                        help="whole calls by the wall clock or by the process's CPU time (a shared machine, --threads 1)")
+                        help="whole calls by the wall clock or by the process's CPU time "
+                        "(a shared machine, --threads 1)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.threads:

@@ -12,7 +12,8 @@ before each run.
 Example (two calls of a C function through the table):
     >>> import ctypes, torch
     >>> from tensortune.backends.c_compiler import CCompiler, load_function
-    >>> lib = CCompiler().compile("int twice(float* x, float* y) { for (int i = 0; i < 4; i++) y[i] = 2 * x[i]; return 0; }")
+    >>> lib = CCompiler().compile("int twice(float* x, float* y) "
+    ...                           "{ for (int i = 0; i < 4; i++) y[i] = 2 * x[i]; return 0; }")
     >>> fn = load_function(lib, "twice", ["float*", "float*"], restype="int")
     >>> address = ctypes.cast(fn, ctypes.c_void_p).value
     >>> x, y, z = torch.ones(4), torch.empty(4), torch.empty(4)
