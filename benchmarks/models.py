@@ -5,8 +5,9 @@ latency; optionally torch.compile(mode="max-autotune") (CUDA only; minutes per m
 tensortune.compile with its budget (tuning time, latency, the share of the model's time
 in tensortune's kernels, the check against eager) and a second tensortune.compile of the
 same model from the records (the recompile time). Latency is the median of timed calls
-after warm-up (CUDA events on the GPU, the host clock on the CPU), every contender timed
-in interleaved rounds on the same inputs. Prints a table last and writes JSON.
+after warm-up (CUDA events on the GPU, the host clock on the CPU, or with --clock process
+the process's CPU time), every contender timed in interleaved rounds on the same inputs.
+Prints a table last and writes JSON.
 
 Models (random weights from their configurations; nothing is downloaded):
   gpt2          GPT-2 124M (Hugging Face config), 1 x 1024 tokens, float16
@@ -20,6 +21,8 @@ With --size small (the CPU run) each becomes a small configuration in float32.
 Usage:
   PYTHONPATH=src python benchmarks/models.py --device cuda --models gpt2,bert --json $OUT/models.json
   PYTHONPATH=src python benchmarks/models.py --device cpu --size small --json docs/benchmarks/models_cpu.json
+  # on a busy machine: one thread each, timed by CPU time
+  PYTHONPATH=src python benchmarks/models.py --device cpu --threads 1 --clock process --json models_cpu_1t.json
 """
 
 from __future__ import annotations
@@ -114,7 +117,7 @@ def hf_models(size: str, device: str) -> dict[str, Callable[[], tuple[Any, list[
     return {"gpt2": gpt2, "llama": llama, "llama-decode": llama_decode, "bert": bert, "resnet50": resnet50}
 
 
-def timer(device: str) -> Callable[[Callable[[], Any], int], float]:
+def timer(device: str, clock: str = "wall") -> Callable[[Callable[[], Any], int], float]:
     def time_cuda(fn: Callable[[], Any], n: int) -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -124,17 +127,20 @@ def timer(device: str) -> Callable[[Callable[[], Any], int], float]:
         torch.cuda.synchronize()
         return start.elapsed_time(end) / 1e3 / n
 
+    now = time.process_time if clock == "process" else time.perf_counter
+
     def time_cpu(fn: Callable[[], Any], n: int) -> float:
-        t = time.perf_counter()
+        t = now()
         for _ in range(n):
             fn()
-        return (time.perf_counter() - t) / n
+        return (now() - t) / n
     return time_cuda if device == "cuda" else time_cpu
 
 
-def interleaved(contenders: dict[str, Callable[[], Any]], device: str, rounds: int, per_round: int) -> dict[str, float]:
+def interleaved(contenders: dict[str, Callable[[], Any]], device: str, rounds: int, per_round: int,
+                clock_kind: str = "wall") -> dict[str, float]:
     """Median over rounds of each contender's mean time per call; contenders alternate every round."""
-    clock = timer(device)
+    clock = timer(device, clock_kind)
     times: dict[str, list[float]] = {k: [] for k in contenders}
     with torch.no_grad():
         for fn in contenders.values():  # warm-up (CUDA graphs captured, caches loaded)
@@ -203,7 +209,7 @@ def run_model(name: str, make: Callable[[], Any], args: argparse.Namespace) -> d
     out["tensortune recompile_s"] = time.perf_counter() - start
     out["tensortune recompile_trials"] = sum(t.trials for t in again.report.tasks)
     contenders["tensortune"] = lambda: fast(*inputs, **kwargs)
-    latency = interleaved(contenders, args.device, args.rounds, args.per_round)
+    latency = interleaved(contenders, args.device, args.rounds, args.per_round, args.clock)
     for k, v in latency.items():
         out[f"{k} ms"] = v * 1e3
     return out
@@ -237,9 +243,15 @@ def main() -> None:
     parser.add_argument("--db", default=os.path.join("bench-out", "models.db"))
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--per-round", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads for every contender (default: torch's)")
+    parser.add_argument("--clock", choices=["wall", "process"], default="wall",
+                        help="CPU latency by the wall clock, or by the process's CPU time (on a machine shared with "
+                        "other work, with --threads 1: the time the model ran, not the time it waited for a core)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)  # also the OpenMP threads of tensortune's kernels (one runtime)
     args.size = args.size or ("full" if args.device == "cuda" else "small")
     os.makedirs(os.path.dirname(args.db) or ".", exist_ok=True)
     makers = hf_models(args.size, args.device)
@@ -249,7 +261,8 @@ def main() -> None:
         if args.json:  # written after every model: a run cut short keeps what it measured
             meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else platform.processor(),
                     "torch": torch.__version__, "cpus": os.cpu_count(), "argv": sys.argv,
-                    "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+                    "date": time.strftime("%Y-%m-%d %H:%M:%S"), "load": os.getloadavg(),
+                    "threads": torch.get_num_threads(), "clock": args.clock}
             with open(args.json, "w") as f:
                 json.dump({"meta": meta, "rows": rows}, f, indent=1, default=str)
     print(table(rows, args.max_autotune))

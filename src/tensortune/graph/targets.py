@@ -21,7 +21,8 @@ from typing import Any
 from ..te.ranges import DEFAULT_RANGE, input_ranges, positive_inputs
 from .ir import Graph
 from .kernel import KernelGraph, build_kernel, gpu_kind, stage_nodes
-from .runtime import KernelStep
+from .native import function_address
+from .runtime import KernelStep, NativeCall
 
 KINDS = ("contraction", "grouped_conv", "rows", "elementwise")
 
@@ -137,7 +138,8 @@ class CpuSearch:
         def run(inputs: list[Any], out: Any) -> None:
             if fn(*[(out if k < 0 else inputs[k]).data_ptr() for k in order]) != 0:
                 raise MemoryError(f"kernel {name} could not allocate its temporaries")
-        return KernelStep(name, root, reads, run)
+        run.native = NativeCall(function_address(fn), tuple(order))  # type: ignore[attr-defined]
+        return KernelStep(name, root, reads, run, native=run.native)  # type: ignore[attr-defined]
 
     def close(self) -> None:
         if self._session is not None:
