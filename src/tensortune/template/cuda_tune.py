@@ -34,8 +34,6 @@ from .cuda import InterpreterReference, default_cache_dir, gen_options
 from .knobs import TemplateError
 from .template import TemplateTask
 
-REBUILD_TRIES = 3
-
 
 @dataclass(frozen=True)
 class TemplateGenerator:
@@ -186,18 +184,10 @@ def candidates(db: Database, task: TemplateTask, target: Target) -> list[Any]:
 def rebuild(task: TemplateTask, db: Database, target: Target, generator: TemplateGenerator, trials: int,
             seconds: float, from_db: bool) -> Any:
     """The best recorded configuration that still resolves, builds and checks (None: none does)."""
-    import warnings
-
-    from .tune import TunedTemplate
-    for record in candidates(db, task, target)[:REBUILD_TRIES]:
-        try:
-            kernel = verified_kernel(task, record.config, generator, record.time, trials, seconds, from_db)
-        except Exception as exc:  # noqa: BLE001 - a record that cannot be rebuilt is skipped, said why
-            warnings.warn(f"{task.name}: the recorded configuration {record.config.to_json()[:200]} could not be "
-                          f"rebuilt ({type(exc).__name__}: {str(exc)[:200]}); skipped", stacklevel=3)
-            continue
-        return TunedTemplate(task, kernel, record.config, record.time, trials, seconds, from_db)
-    return None
+    from .tune import first_verified
+    return first_verified(task, candidates(db, task, target),
+                          lambda r: verified_kernel(task, r.config, generator, r.time, trials, seconds, from_db),
+                          trials, seconds, from_db)
 
 
 def verified_kernel(task: TemplateTask, config: Config, generator: TemplateGenerator, best_time: float = float("nan"),

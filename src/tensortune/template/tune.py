@@ -204,12 +204,20 @@ def _rebuild(task: TemplateTask, db: Database, target: Target, trials: int, seco
              from_db: bool) -> TunedTemplate | None:
     """The fastest recorded configuration that is in the space and still builds and checks
     (a record is only trusted once it has been rebuilt and verified)."""
-    for record in recorded_candidates(db, task.workload, target, task.space)[:REBUILD_TRIES]:
+    records = recorded_candidates(db, task.workload, target, task.space)
+    return first_verified(task, records, lambda r: verified_kernel(task, r.config), trials, seconds, from_db)
+
+
+def first_verified(task: TemplateTask, records: Sequence[Any], verify: Any, trials: int, seconds: float,
+                   from_db: bool) -> TunedTemplate | None:
+    """The first of the best `REBUILD_TRIES` records that `verify` rebuilds and checks; a
+    record that fails is skipped with a warning that says why."""
+    for record in records[:REBUILD_TRIES]:
         try:
-            kernel = verified_kernel(task, record.config)
+            kernel = verify(record)
         except Exception as exc:  # noqa: BLE001 - a record that cannot be rebuilt is skipped, said why
             warnings.warn(f"{task.name}: the recorded configuration {record.config.to_json()[:200]} could not be "
-                          f"rebuilt ({type(exc).__name__}: {str(exc)[:200]}); skipped", stacklevel=3)
+                          f"rebuilt ({type(exc).__name__}: {str(exc)[:200]}); skipped", stacklevel=4)
             continue
         return TunedTemplate(task, kernel, record.config, record.time, trials, seconds, from_db)
     return None
