@@ -33,6 +33,7 @@ SHAPES = ((6, 64), (12, 32), (8, 32), (4, 64), (14, 32), (16, 16))  # (rows, vec
 VECTOR_AXIS_SHAPES = ((14, 32), (12, 32), (7, 64), (8, 32), (6, 64), (16, 16))
 WINDOW_ROWS = (4, 2, 7, 8)  # rows of a window sketch's tile (each loaded vector feeds up to R of them)
 MAX_SEEDS = 12
+LANES = 16  # float32 lanes of this machine's vectors (64 bytes, AVX-512)
 
 
 def register_tile_seeds(sp: SketchSpace, rng: np.random.Generator | None = None) -> list[Config]:
@@ -130,7 +131,7 @@ def _fill_anchor(sp: SketchSpace, values: dict, plan, shape: tuple[int, int]) ->
         name = hole(prefix, f"tile_{a.name}")
         options = sp.space.params[sp.space.names.index(name)].values
         want = vec if k == kv else rows if k == rows_at else 1
-        pick = _closest(options, want, a.extent, divisors_first=(k == kv))
+        pick = _closest(options, want, a.extent, whole_vectors=(k == kv))
         if pick is None:
             return False
         values[name] = pick
@@ -148,10 +149,13 @@ def _fill_anchor(sp: SketchSpace, values: dict, plan, shape: tuple[int, int]) ->
     return True
 
 
-def _closest(options, want: int, extent: int, divisors_first: bool):
-    """(1, 1, f) with f the option nearest `want`; for the vectorized axis a divisor of
-    the extent is preferred (a tail inside the vector loop is slow, a tail of rows is not)."""
+def _closest(options, want: int, extent: int, whole_vectors: bool):
+    """(1, 1, f) with f the option nearest `want`; for the vectorized axis a whole number
+    of vectors (or the whole axis) is preferred: a tile that does not divide the axis
+    leaves one tail tile, cut off with constant extents by te's partitioning, while a
+    tile of a partial vector (43 of 688 columns) has a partial vector in every tile."""
     plain = [t for t in options if t[:-1] == (1,) * (len(t) - 1)]
     if not plain:
         return None
-    return min(plain, key=lambda t: (divisors_first and extent % t[-1] != 0, abs(t[-1] - want)))
+    return min(plain, key=lambda t: (whole_vectors and t[-1] % LANES != 0 and t[-1] != extent,
+                                     abs(t[-1] - want)))

@@ -60,7 +60,7 @@ from .analysis import GraphInfo, StageInfo, analyze
 
 INLINE, SIMPLE, TILE, TILE_LOCAL, TILE_CONSUMER, CACHE_WRITE, RFACTOR, WINDOW = (
     "inline", "simple", "tile", "tile_local", "tile_consumer", "cache_write", "rfactor", "window")
-RULES_VERSION = 7  # bump when sketches, holes or the code they generate change: records are keyed by it
+RULES_VERSION = 8  # bump when sketches, holes or the code they generate change: records are keyed by it
 MAX_SKETCHES = 16
 RFACTOR_MAX_SPATIAL = 64  # rfactor when the spatial size is at most this ...
 RFACTOR_MIN_REDUCE = 1024  # ... and the reduction at least this long
