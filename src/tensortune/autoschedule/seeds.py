@@ -7,6 +7,7 @@ vectors of the contiguous axis, with no tile level between them and the reductio
 A sketch vectorized along another axis (`vector`) gets one to four vectors of that axis
 times rows of the axis its packed operand does not depend on (a conv's 32 filters times
 14 columns), with the rows unrolled.
+Panel sketches are seeded first, the plain tiling last.
 The search starts from a handful of such annotations of every tiled sketch (the rest of
 each configuration is drawn at random), then evolves as usual; they are ordinary
 candidates, measured and checked like any other.
@@ -16,7 +17,7 @@ Example:
     >>> from tensortune.autoschedule.holes import SketchSpace
     >>> sp = SketchSpace.of(workloads.matmul(256, 256, 256).outputs)
     >>> [(c["sketch"], c["C_tile_i"], c["C_tile_j"]) for c in register_tile_seeds(sp)][:3]
-    [('C:cache_write', (1, 1, 6), (1, 1, 64)), ('C:tile', (1, 1, 6), (1, 1, 64)), ('C:cache_write', (1, 1, 12), (1, 1, 32))]
+    [('C:cache_write(panel)', (1, 1, 6), (1, 1, 64)), ('C:cache_write', (1, 1, 6), (1, 1, 64)), ('C:tile', (1, 1, 6), (1, 1, 64))]
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ LANES = 16  # float32 lanes of this machine's vectors (64 bytes, AVX-512)
 def register_tile_seeds(sp: SketchSpace, rng: np.random.Generator | None = None) -> list[Config]:
     base = {p.name: p.values[0] for p in sp.space.params}
     out = window_seeds(sp, base)
-    local_first = sorted(sp.sketches.items(), key=lambda kv: any(p.rule == TILE for p in kv[1].plans))
+    # panels first, then the other local tiles, the plain tiling last
+    local_first = sorted(sp.sketches.items(), key=lambda kv: (any(p.rule == TILE for p in kv[1].plans),
+                                                              not any(p.panel for p in kv[1].plans)))
     shapes = _shapes(sp)
     for n in range(max(len(shapes), len(VECTOR_AXIS_SHAPES))):
         for key, sketch in local_first:
