@@ -22,7 +22,8 @@ PRIME = (41, 83, 29)  # M, N, K: every tile of rows or vectors leaves a tail
 
 
 def guarded_vector_loops(stmt) -> list[For]:
-    return [x for x in loops(stmt) if x.kind == "vectorize" and any(isinstance(y, IfThenElse) for y in walk_stmts(x.body))]
+    return [x for x in loops(stmt)
+            if x.kind == "vectorize" and any(isinstance(y, IfThenElse) for y in walk_stmts(x.body))]
 
 
 def test_a_fused_parallel_loop_over_tiles_runs_full_tiles_unguarded_and_tails_with_constant_extents():
@@ -83,7 +84,8 @@ def test_a_fused_epilogue_over_tail_tiles_computes_the_linear_layer():
     assert "C:tile_local(pack)>D,D:tile_consumer<C" in sp.sketches
     for n_, cfg in enumerate(register_tile_seeds(sp)):
         rng = np.random.default_rng(10 + n_)
-        inputs = {t: rng.standard_normal(s).astype("float32") for t, s in (("x", (m, k)), ("w", (n, k)), ("bias", (n,)))}
+        shapes = {"x": (m, k), "w": (n, k), "bias": (n,)}
+        inputs = {name: rng.standard_normal(shape).astype("float32") for name, shape in shapes.items()}
         want = reference_outputs([D], **inputs)["D"]
         got = te.build(apply_config(sp, cfg), [x, wt, bias, D])(inputs["x"], inputs["w"], inputs["bias"])
         check_close(got, want, 1e-3, 1e-3)
