@@ -95,3 +95,19 @@ def test_seeds_take_whole_vectors_rather_than_a_partial_divisor():
     sp = SketchSpace.of(W.matmul(128, 688, 256, layout="NT").outputs)  # 688 = 16 x 43
     widths = {c["C_tile_j"][-1] for c in register_tile_seeds(sp)}
     assert widths and all(v % 16 == 0 for v in widths) and 43 not in widths
+
+
+@pytest.mark.parametrize("op", ["lt", "le", "gt", "ge"])
+@pytest.mark.parametrize("coef", [32, -32])
+def test_the_tail_tiles_index_is_pinned_only_when_failing_the_condition_leaves_one_value(op, coef):
+    from tensortune.te.affine import Affine
+    from tensortune.te.expr import Binary, Var, const
+    from tensortune.te.partition import _pinned
+    f = Var("f")
+    atom = Binary("mod", f, const(22))  # a tile index in 0..21
+    ranges = {f: (0, 483)}
+    holds = {"lt": lambda x: x < 0, "le": lambda x: x <= 0, "gt": lambda x: x > 0, "ge": lambda x: x >= 0}[op]
+    for offset in range(-800, 800, 7):
+        failing = [a for a in range(22) if not holds(coef * a + offset)]
+        got = _pinned(op, Affine(((atom, coef),), offset), ranges)
+        assert got == ((atom, failing[0]) if len(failing) == 1 else None), (offset, failing)

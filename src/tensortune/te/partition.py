@@ -141,7 +141,10 @@ class _Partition:
         tile's index fixed when the condition leaves it one value (`f % 22` is 21), so
         that the guards there shorten their loops to the tail's constant extents. None
         when no guard has such a condition."""
-        own = {x.var: (0, x.extent - 1) for x in walk_stmts(f.body) if isinstance(x, For)}
+        own: dict[Expr, Range] = {}
+        for x in walk_stmts(f.body):
+            if isinstance(x, For):
+                own[x.var] = (0, max(x.extent - 1, own.get(x.var, (0, 0))[1]))
         outer = {**ranges, f.var: (0, f.extent - 1)}
         groups: dict[Compare, Affine] = {}
         seen: set[Expr] = set()
@@ -297,7 +300,7 @@ def _pinned(op: str, form: Affine, ranges: Mapping[Expr, Range]) -> tuple[Expr, 
         if coef > 0:
             lo = max(lo, -(-need // coef))
         else:
-            hi = min(hi, need // coef if need % coef == 0 else need // coef)
+            hi = min(hi, need // coef)  # (coef < 0: dividing flips the inequality; // floors)
     else:
         need = (0 if op == "gt" else -1) - off  # coef * atom <= need
         if coef > 0:
