@@ -2,7 +2,12 @@
 
 Workloads (float32): a 512x3072x768 matmul in each operand layout (NN: A @ B, NT:
 A @ B^T, TN: A^T @ B, the operands stored as BLAS would be given them), a depthwise 3x3
-convolution (1x256x56x56, padding 1) and a layer norm over 768 columns of 2048 rows.
+convolution (1x256x56x56, padding 1), a layer norm over 768 columns of 2048 rows, and
+matmuls of awkward shapes that real models produce: the MLP of a small Llama (128 tokens,
+hidden 256, width 688 = 16 x 43, `x @ W^T`: `llama_up` 128x688x256 and `llama_down`
+128x256x688) and three shapes no setting was chosen on (`odd_nn` 96x1000x300, `odd_nt`
+200x1376x512, `odd_tn` 77x3072x768). By default every workload is run; `--workloads`
+picks some.
 Each is auto-scheduled with `te.autoschedule(target="cpu", budget=--trials)` into a
 records database; then tensortune's kernel (the recorded winner, rebuilt), torch and
 numpy are timed in this process, interleaved in shuffled rounds (each round: the median
@@ -126,14 +131,23 @@ def _torch_layer_norm(x, out):
     return lambda: o.copy_(torch.nn.functional.layer_norm(X, (X.shape[1],), g, b, 1e-5))
 
 
-def _matmul(layout):
-    return Bench(f"matmul {layout} 512x3072x768",
-                 lambda quick: W.matmul(48, 96, 40, layout=layout) if quick else W.matmul(512, 3072, 768, layout=layout),
+def _matmul(layout, m=512, n=3072, k=768, quick=(48, 96, 40)):
+    return Bench(f"matmul {layout} {m}x{n}x{k}",
+                 lambda q: W.matmul(*quick, layout=layout) if q else W.matmul(m, n, k, layout=layout),
                  _np_matmul(layout), _torch_matmul(layout))
 
 
+AWKWARD_QUICK = (19, 43, 29)  # prime extents: every axis leaves a tail
+
 BENCHES = {
     "nn": _matmul("NN"), "nt": _matmul("NT"), "tn": _matmul("TN"),
+    # the linear layers of a small Llama's MLP (hidden 256, width 688 = 16 x 43, 128 tokens, x @ W^T)
+    "llama_up": _matmul("NT", 128, 688, 256, AWKWARD_QUICK),
+    "llama_down": _matmul("NT", 128, 256, 688, AWKWARD_QUICK),
+    # shapes no setting was chosen on: a classifier head, a wider MLP, CLIP's 77 tokens
+    "odd_nn": _matmul("NN", 96, 1000, 300, AWKWARD_QUICK),
+    "odd_nt": _matmul("NT", 200, 1376, 512, AWKWARD_QUICK),
+    "odd_tn": _matmul("TN", 77, 3072, 768, AWKWARD_QUICK),
     "depthwise": Bench("depthwise conv 3x3 1x256x56x56, pad 1",
                        lambda quick: W.depthwise_conv2d_nchw(1, 16 if quick else 256, 14 if quick else 56,
                                                              14 if quick else 56, 3, 3, padding=1),

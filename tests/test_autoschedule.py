@@ -28,9 +28,11 @@ def keys(w):
 
 
 def test_sketch_rules_follow_the_graph():
-    assert keys(W.matmul(64, 64, 64)) == ["C:cache_write", "C:tile"]
+    # B, read along the contiguous axis j, is also copied into contiguous panels per block of j
+    assert keys(W.matmul(64, 64, 64)) == ["C:cache_write", "C:cache_write(panel)", "C:tile"]
     # the elementwise consumer is fused: the matmul is tiled at the consumer's loops
-    assert keys(W.matmul_bias_relu(64, 64, 64)) == ["C:tile_local>D,D:tile_consumer<C"]
+    assert keys(W.matmul_bias_relu(64, 64, 64)) == ["C:tile_local>D,D:tile_consumer<C",
+                                                     "C:tile_local(panel)>D,D:tile_consumer<C"]
     # padding has a branch: both inlining it and computing it at the root are sketched
     assert keys(W.conv2d_nchw(1, 4, 8, 8, 4, 3, 3, padding=1)) == [
         "pad:inline,conv:cache_write", "pad:inline,conv:tile", "pad:simple,conv:cache_write", "pad:simple,conv:tile"]
@@ -345,3 +347,25 @@ def test_autoschedule_many_gives_every_computation_a_share_of_a_small_budget(tmp
     assert [k.trials for k in ks] == [4, 4]
     with pytest.raises(ValueError, match="a budget of 1 trials cannot measure each of the 2"):
         autoschedule_many([W.matmul(8, 8, 8), W.transpose(8, 4)], budget=1, db=tmp_path / "r2.db")
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN"])
+def test_a_panel_sketch_copies_each_block_of_columns_contiguously_and_computes_the_matmul(layout):
+    w = W.matmul(40, 96, 24, layout=layout)
+    sp = SketchSpace.of(w.outputs)
+    assert "C:cache_write(panel)" in sp.sketches
+    cfg = next(c for c in register_tile_seeds(sp) if c["sketch"] == "C:cache_write(panel)")
+    cfg = cfg.replace(C_tile_j=(1, 1, 32), C_par=1)
+    s = apply_config(sp, cfg)
+    text = str(s)
+    assert "allocate B.local: float32[24, 32] (local)" in text  # one block of 32 columns, all of k, j last
+    loops = [l.name for l in s["C"].loops]
+    assert loops[0] == "j.0" and s["C"].loops[0].annotation == "parallel"  # blocks of columns outermost
+    rng = np.random.default_rng(7)
+    for cfg_ in (cfg, cfg.replace(C_par=2, C_tile_i=(2, 1, 6))):  # blocks and rows in parallel; 40 = 6 x 6 + 4
+        inputs = {t.name: rng.standard_normal(t.shape).astype("float32") for t in w.inputs}
+        a = inputs["A"].T if layout[0] == "T" else inputs["A"]
+        b = inputs["B"].T if layout[1] == "T" else inputs["B"]
+        check_close(te.build(apply_config(sp, cfg_), list(w.args))(inputs["A"], inputs["B"]), a @ b, 1e-3, 1e-3)
+    # a convolution whose window slides along the vectorized axis has no panel sketch
+    assert not any("panel" in k for k in keys(W.conv2d_nchw(1, 4, 8, 8, 4, 3, 3, padding=1)))

@@ -65,20 +65,48 @@ def test_gpu_attention_benchmark_runs_on_the_cpu(tmp_path):
 
 @pytest.mark.slow
 def test_cpu_kernels_benchmark_tunes_checks_and_times_its_contenders(tmp_path):
-    """benchmarks/cpu_kernels.py --quick on two workloads: tuning, the rebuilt winner, the
-    check that torch and numpy compute the same values, the interleaved rounds, the JSON."""
+    """benchmarks/cpu_kernels.py --quick on two workloads (a transposed matmul of prime
+    extents, whose tiles all leave tails, and a depthwise convolution): tuning, the rebuilt
+    winner, the check that torch and numpy compute the same values, the interleaved
+    rounds, the JSON."""
     out = tmp_path / "cpu_kernels.json"
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "cpu_kernels.py"), "--quick", "--quiet",
-               "--workloads", "nt,depthwise", "--db", str(tmp_path / "records.db"), "--out", str(out)]
+               "--workloads", "llama_up,depthwise", "--db", str(tmp_path / "records.db"), "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     written = json.loads(out.read_text())
-    assert set(written["time"]) == {"nt", "depthwise"} and written["time"]["nt"]["sketch"] in (
-        "C:cache_write(pack)", "C:tile")
+    assert set(written["time"]) == {"llama_up", "depthwise"} and written["time"]["llama_up"]["sketch"] in (
+        "C:cache_write(pack)", "C:cache_write(panel)", "C:tile")
     for row in written["time"].values():
         assert set(row["gflops"]) == {"tensortune", "numpy", "torch"} and len(row["rounds_seconds"]["torch"]) == 2
     assert "| workload |" in done.stdout
+
+
+@pytest.mark.slow
+def test_cpu_kernels_compare_times_two_exports_of_recorded_winners(tmp_path):
+    """benchmarks/cpu_kernels_compare.py --quick: winners exported from a records database
+    (here the same one twice, as before and after) and timed with numpy and torch."""
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    bench = os.path.join(ROOT, "benchmarks")
+    db = str(tmp_path / "records.db")
+
+    def run(*argv):
+        done = subprocess.run([sys.executable, *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    run(os.path.join(bench, "cpu_kernels.py"), "--quick", "--quiet", "--phase", "tune", "--workloads", "llama_up",
+        "--db", db, "--out", str(tmp_path / "tuned.json"))
+    for side in ("before", "after"):
+        run(os.path.join(bench, "cpu_kernels_compare.py"), "export", "--quick", "--db", db, "--workloads", "llama_up",
+            "--out", str(tmp_path / f"{side}.json"))
+    out = run(os.path.join(bench, "cpu_kernels_compare.py"), "compare", "--quick", "--rounds", "2", "--seconds", "0.02",
+              str(tmp_path / "before.json"), str(tmp_path / "after.json"), "--out", str(tmp_path / "compare.json"))
+    written = json.loads((tmp_path / "compare.json").read_text())["time"]
+    assert set(written) == {"llama_up"} and set(written["llama_up"]["gflops"]) == {"after", "before", "numpy", "torch"}
+    assert "| workload |" in out
 
 
 UPSTREAM_LIKE = '''

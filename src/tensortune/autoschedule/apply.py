@@ -49,9 +49,11 @@ def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
     for p in sketch.plans:
         if p.rule == CACHE_WRITE:
             local = s.cache_write(p.stage)
-            _tile_local(s, config, p.prefix, consumer=s[p.stage], local=s[local.name], vector=p.vector, pack=p.pack)
+            _tile_local(s, config, p.prefix, consumer=s[p.stage], local=s[local.name], vector=p.vector, pack=p.pack,
+                        panel=p.panel)
         elif p.rule == TILE_LOCAL:
-            _tile_local(s, config, p.prefix, consumer=s[p.partner], local=s[p.stage], vector=p.vector, pack=p.pack)
+            _tile_local(s, config, p.prefix, consumer=s[p.partner], local=s[p.stage], vector=p.vector, pack=p.pack,
+                        panel=p.panel)
         elif p.rule == WINDOW:
             if p.partner:
                 _window(s, config, p.prefix, consumer=s[p.partner], local=s[p.stage], axes=window_axes(sp.graph[p.stage]))
@@ -85,14 +87,19 @@ def _parallel(stage: Stage, loops: list[str]) -> str:
 
 
 def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: Stage, local: Stage,
-                vector: str = "", pack: bool = False) -> None:
+                vector: str = "", pack: bool = False, panel: bool = False) -> None:
     """The consumer gets the two outer spatial levels; `local` is computed at one of them
     and tiled reduce-space-reduce-space inside (SSRSRS overall). With a `vector` axis,
     the local tile is laid out and vectorized along it, and the inputs read along it
     are packed with it last; with `pack`, the inputs read along the last axis elsewhere
-    than in their last dimension are packed with it last."""
+    than in their last dimension are packed with it last; with `panel`, the outer level
+    runs over blocks of the last axis first and each block's inputs read along it are
+    copied there into a contiguous panel (`par` 1: the blocks in parallel, each panel
+    read by every row tile; 2: blocks and rows fused in parallel, each panel read by the
+    row tiles of one outer tile)."""
     if pack:
         _pack_along(s, local, local.op.axes[-1].name)
+    copies = _panel_copies(s, local) if panel else []
     if vector:
         _pack_along(s, local, vector)
         local.reorder_storage(*[a.name for a in local.op.axes if a.name != vector], vector)
@@ -109,14 +116,24 @@ def _tile_local(s: Schedule, config: Mapping[str, Any], anchor: str, consumer: S
         kv = [a.name for a in local.op.axes].index(vector)  # the consumer reads the tile at its own index
         for lv in (0, 1):
             levels[lv].append(levels[lv].pop(kv))
+    if panel:  # the blocks of the last axis outermost: a panel serves the row tiles inside
+        levels[0].insert(0, levels[0].pop())
     consumer.reorder(*levels[0], *levels[1], *levels[2])
-    if par:
+    if panel:
+        if par == 2:
+            levels[0] = [_parallel(consumer, levels[0])]
+        elif par == 1:
+            consumer.parallel(levels[0][0])
+        attach = levels[at - 1][-1]
+    elif par:
         fused = _parallel(consumer, levels[0] + (levels[1] if par == 2 else []))
         attach = fused if at == par else levels[1][-1]
     else:
         attach = levels[at - 1][-1]
     consumer.vectorize(levels[2][-1])
     local.compute_at(consumer, attach)
+    for copy in copies:
+        copy.compute_at(consumer, levels[0][0])
     inner = [t[2:] if at == 2 else t[1:] for t in spatial]
     _tile_inner(local, config, anchor, inner, outer_spatial=(at == 1), vector=vector)
 
@@ -185,6 +202,49 @@ def _pack_along(s: Schedule, reader: Stage, vector: str) -> None:
         else:
             copy.reorder(*order)
             _parallel(copy, order[:-1])
+
+
+def _panel_copies(s: Schedule, reader: Stage) -> list[Stage]:
+    """A copy of each input `reader` reads along its last axis (`panel_inputs`), laid out
+    with that axis last; the caller computes it at a tile loop, where its region is one
+    panel. The copy's loops follow its layout; a transposing copy goes by PACK_BLOCK x
+    PACK_BLOCK blocks when both sides are long (each reads whole cache lines of the source
+    as it writes whole vectors)."""
+    axis = reader.op.axes[-1]
+    out = []
+    for tensor, dim in _panel_reads(reader, axis):
+        copy = s[s.cache_read(tensor.name, [reader.name])]
+        names = [a.name for a in copy.op.axes]
+        order = names[:dim] + names[dim + 1:] + [names[dim]]
+        if dim != len(names) - 1:
+            copy.reorder_storage(*order)
+        out.append((copy, names, order, dim, tensor))
+    stages = []
+    for copy, names, order, dim, tensor in out:
+        last, packed = names[-1], names[dim]
+        if dim != len(names) - 1 and min(tensor.shape[-1], tensor.shape[dim]) >= 2 * PACK_BLOCK:
+            lo, li = copy.split(last, PACK_BLOCK)
+            po, pi = copy.split(packed, PACK_BLOCK)
+            outer = [n for n in order[:-1] if n != last]
+            copy.reorder(*outer, lo.name, po.name, li.name, pi.name)
+            copy.vectorize(pi.name)
+        else:
+            copy.reorder(*order)
+            copy.vectorize(order[-1])
+        stages.append(copy)
+    return stages
+
+
+def _panel_reads(reader: Stage, axis) -> list:
+    """(tensor, dimension) of each tensor `reader`'s body reads with `axis` alone in a dimension."""
+    body = reader.op.body
+    source = body.source if isinstance(body, Reduce) else body
+    out = []
+    for r in reads(source):
+        dims = [d for d, ix in enumerate(r.indices) if ix is axis or ix == axis]
+        if dims and all(t is not r.tensor for t, _ in out):
+            out.append((r.tensor, dims[0]))
+    return out
 
 
 def _tile_root(s: Schedule, config: Mapping[str, Any], anchor: str) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from .analysis import GraphInfo
 from .sketch import (CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_CONSUMER, TILE_LOCAL, WINDOW, Sketch, packs,
-                     window_axes)
+                     panel_inputs, window_axes)
 
 
 def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
@@ -57,6 +57,10 @@ def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
                     order = names[:dim] + names[dim + 1:] + [names[dim]]
                     lines.append(f"  parallel for {', '.join(order)}   # packed with {packed_along} last, at the root")
                     lines.append(f"    {t.name}.local[{', '.join(order)}] = {t.name}[{', '.join(names)}]")
+            if tiled.panel:
+                lines += _panel_local(src, local, f"{p.stage}[{', '.join(sp)}] = "
+                                      + (f"{local}[{', '.join(sp)}]" if p.rule == CACHE_WRITE else _text(s)))
+                continue
             lines += _tiled_local(sp, [r.name for r in src.reduce], local, _update(src, local),
                                   p.stage, f"{p.stage}[{', '.join(sp)}] = "
                                   + (f"{local}[{', '.join(sp)}]" if p.rule == CACHE_WRITE else _text(s)), vector)
@@ -116,6 +120,28 @@ def _tiled_local(sp, rd, local, update, stage, copy, vector="") -> list[str]:
         *([f"      for {', '.join(f'{a}.2*{a}.3' for a in sp[:-1])}"] if len(sp) > 1 else []),
         f"        {'' if len(sp) > 1 else ''}vectorize for {sp[-1]}.2*{sp[-1]}.3",
         f"          {copy}",
+    ]
+
+
+def _panel_local(s, local, copy) -> list[str]:
+    sp, rd = [a.name for a in s.spatial], [r.name for r in s.reduce]
+    last, rows = sp[-1], sp[:-1]
+    panels = [f"{t.name}.local[{', '.join(f'i{d}' for d in range(len(t.shape)) if d != dim)}, i{dim}]"
+              for t, dim in panel_inputs(s)]
+    outer = ", ".join(a + ".0" for a in rows)
+    return [
+        f"  parallel for {last}.0 (and {outer} with 2 levels)",
+        f"    {', '.join(panels)} = the panel of this block of {last}   # contiguous, {last} last",
+        f"    for {outer}" if rows else "    (one row)",
+        f"      for {', '.join(a + '.1' for a in sp)}",
+        f"        {local} = 0 over the tile                 # computed here (or one level up)",
+        f"        for {', '.join(r + '.0' for r in rd)}",
+        f"          for {', '.join(a + '.2' for a in sp)}",
+        f"            for {', '.join(r + '.1' for r in rd)}",
+        *([f"              unroll for {', '.join(a + '.3' for a in rows)}"] if rows else []),
+        f"                vectorize for {last}.3",
+        f"                  {_update(s, local)}",
+        f"        for {', '.join(f'{a}.2*{a}.3' for a in sp)}: {copy}",
     ]
 
 

@@ -7,6 +7,7 @@ vectors of the contiguous axis, with no tile level between them and the reductio
 A sketch vectorized along another axis (`vector`) gets one to four vectors of that axis
 times rows of the axis its packed operand does not depend on (a conv's 32 filters times
 14 columns), with the rows unrolled.
+Panel sketches are seeded first, the plain tiling last.
 The search starts from a handful of such annotations of every tiled sketch (the rest of
 each configuration is drawn at random), then evolves as usual; they are ordinary
 candidates, measured and checked like any other.
@@ -16,7 +17,7 @@ Example:
     >>> from tensortune.autoschedule.holes import SketchSpace
     >>> sp = SketchSpace.of(workloads.matmul(256, 256, 256).outputs)
     >>> [(c["sketch"], c["C_tile_i"], c["C_tile_j"]) for c in register_tile_seeds(sp)][:3]
-    [('C:cache_write', (1, 1, 6), (1, 1, 64)), ('C:tile', (1, 1, 6), (1, 1, 64)), ('C:cache_write', (1, 1, 12), (1, 1, 32))]
+    [('C:cache_write(panel)', (1, 1, 6), (1, 1, 64)), ('C:cache_write', (1, 1, 6), (1, 1, 64)), ('C:tile', (1, 1, 6), (1, 1, 64))]
 """
 
 from __future__ import annotations
@@ -33,12 +34,15 @@ SHAPES = ((6, 64), (12, 32), (8, 32), (4, 64), (14, 32), (16, 16))  # (rows, vec
 VECTOR_AXIS_SHAPES = ((14, 32), (12, 32), (7, 64), (8, 32), (6, 64), (16, 16))
 WINDOW_ROWS = (4, 2, 7, 8)  # rows of a window sketch's tile (each loaded vector feeds up to R of them)
 MAX_SEEDS = 12
+LANES = 16  # float32 lanes of this machine's vectors (64 bytes, AVX-512)
 
 
 def register_tile_seeds(sp: SketchSpace, rng: np.random.Generator | None = None) -> list[Config]:
     base = {p.name: p.values[0] for p in sp.space.params}
     out = window_seeds(sp, base)
-    local_first = sorted(sp.sketches.items(), key=lambda kv: any(p.rule == TILE for p in kv[1].plans))
+    # panels first, then the other local tiles, the plain tiling last
+    local_first = sorted(sp.sketches.items(), key=lambda kv: (any(p.rule == TILE for p in kv[1].plans),
+                                                              not any(p.panel for p in kv[1].plans)))
     shapes = _shapes(sp)
     for n in range(max(len(shapes), len(VECTOR_AXIS_SHAPES))):
         for key, sketch in local_first:
@@ -130,7 +134,7 @@ def _fill_anchor(sp: SketchSpace, values: dict, plan, shape: tuple[int, int]) ->
         name = hole(prefix, f"tile_{a.name}")
         options = sp.space.params[sp.space.names.index(name)].values
         want = vec if k == kv else rows if k == rows_at else 1
-        pick = _closest(options, want, a.extent, divisors_first=(k == kv))
+        pick = _closest(options, want, a.extent, whole_vectors=(k == kv))
         if pick is None:
             return False
         values[name] = pick
@@ -148,10 +152,13 @@ def _fill_anchor(sp: SketchSpace, values: dict, plan, shape: tuple[int, int]) ->
     return True
 
 
-def _closest(options, want: int, extent: int, divisors_first: bool):
-    """(1, 1, f) with f the option nearest `want`; for the vectorized axis a divisor of
-    the extent is preferred (a tail inside the vector loop is slow, a tail of rows is not)."""
+def _closest(options, want: int, extent: int, whole_vectors: bool):
+    """(1, 1, f) with f the option nearest `want`; for the vectorized axis a whole number
+    of vectors (or the whole axis) is preferred: a tile that does not divide the axis
+    leaves one tail tile, cut off with constant extents by te's partitioning, while a
+    tile of a partial vector (43 of 688 columns) has a partial vector in every tile."""
     plain = [t for t in options if t[:-1] == (1,) * (len(t) - 1)]
     if not plain:
         return None
-    return min(plain, key=lambda t: (divisors_first and extent % t[-1] != 0, abs(t[-1] - want)))
+    return min(plain, key=lambda t: (whole_vectors and t[-1] % LANES != 0 and t[-1] != extent,
+                                     abs(t[-1] - want)))

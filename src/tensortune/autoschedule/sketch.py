@@ -29,6 +29,12 @@ rules, after Ansor's CPU rules:
   last (`B.local[k, j]`), so
   every vector of the register tile is one contiguous load: Ansor's multi-level tiling
   with packing, which makes every operand layout of a matmul or convolution a row-major one;
+- panels: when the inputs read along the output's contiguous axis have it alone in one
+  dimension (`B[k, j]` in `A @ B`, `B[j, k]` in `A @ B^T`), the local-tile sketches are
+  also made with those inputs copied, per block of that axis, into a contiguous panel
+  laid out with it last (`B.local[k, j]` of one block of columns), computed at the
+  outermost tile loop, which runs over the blocks first: every row tile of a block reads
+  its panel from cache, contiguously, as BLAS's packed B;
 - `window`: a reduction whose every reduce axis slides a window along a spatial axis
   (a depthwise convolution: `pad[b, c, y + rr, x + rs] * weight[c, rr, rs]`, no channel
   sum) is also sketched vectorized along its last spatial axis: the other axes (batch,
@@ -43,7 +49,7 @@ rules, after Ansor's CPU rules:
 Example:
     >>> from tensortune.te import workloads
     >>> [s.key for s in generate_sketches(workloads.matmul_bias_relu(64, 64, 64).outputs)]
-    ['C:tile_local>D,D:tile_consumer<C']
+    ['C:tile_local>D,D:tile_consumer<C', 'C:tile_local(panel)>D,D:tile_consumer<C']
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ from .analysis import GraphInfo, StageInfo, analyze
 
 INLINE, SIMPLE, TILE, TILE_LOCAL, TILE_CONSUMER, CACHE_WRITE, RFACTOR, WINDOW = (
     "inline", "simple", "tile", "tile_local", "tile_consumer", "cache_write", "rfactor", "window")
-RULES_VERSION = 7  # bump when sketches, holes or the code they generate change: records are keyed by it
+RULES_VERSION = 8  # bump when sketches, holes or the code they generate change: records are keyed by it
 MAX_SKETCHES = 16
 RFACTOR_MAX_SPATIAL = 64  # rfactor when the spatial size is at most this ...
 RFACTOR_MIN_REDUCE = 1024  # ... and the reduction at least this long
@@ -72,13 +78,16 @@ class StagePlan:
     """The rule applied to one stage; `partner` is the consumer a `tile_local` stage is
     computed at, or the reduction whose tiles a `tile_consumer` shares; `vector` the
     spatial axis a tiled stage vectorizes when it is not its last one; `pack` that the
-    inputs read along its last axis elsewhere than in their last dimension are packed."""
+    inputs read along its last axis elsewhere than in their last dimension are packed;
+    `panel` that the inputs read along its last axis are copied, per block of it, into
+    contiguous panels laid out with it last."""
 
     stage: str
     rule: str
     partner: str = ""
     vector: str = ""
     pack: bool = False
+    panel: bool = False
 
     @property
     def prefix(self) -> str:
@@ -89,7 +98,7 @@ class StagePlan:
 
     def __str__(self) -> str:
         sep = ">" if self.rule in (TILE_LOCAL, WINDOW) else "<"
-        vec = f"(vec {self.vector})" if self.vector else "(pack)" if self.pack else ""
+        vec = f"(vec {self.vector})" if self.vector else "(pack)" if self.pack else "(panel)" if self.panel else ""
         return f"{self.stage}:{self.rule}{vec}" + (f"{sep}{self.partner}" if self.partner else "")
 
 
@@ -171,14 +180,18 @@ def _reduction_plans(g: GraphInfo, names: list[str], inlined: set[str]) -> list[
             # a packed local tile replaces the unpacked one, which would gather every vector
             # (measured 2-6 GFLOP/s against 40-80 for A @ B^T): the search spends no trials on it
             packed = needs_packing(s, inlined)
+            panel = [True] if panel_inputs(s, inlined) else []
             if consumer is not None and consumer not in taken:
                 taken.add(consumer)
                 fused = [StagePlan(n, TILE_LOCAL, consumer, pack=packed)]
+                fused += [StagePlan(n, TILE_LOCAL, consumer, panel=True) for _ in panel]
                 fused += [StagePlan(n, TILE_LOCAL, consumer, v) for v in vectors]
                 fused += [StagePlan(n, WINDOW, consumer) for _ in window]
                 options.append([{n: p, consumer: StagePlan(consumer, TILE_CONSUMER, n)} for p in fused])
             else:
-                options.append([{n: StagePlan(n, CACHE_WRITE, pack=packed)}, {n: StagePlan(n, TILE)}]
+                options.append([{n: StagePlan(n, CACHE_WRITE, pack=packed)}]
+                               + [{n: StagePlan(n, CACHE_WRITE, panel=True)} for _ in panel]
+                               + [{n: StagePlan(n, TILE)}]
                                + [{n: StagePlan(n, CACHE_WRITE, vector=v)} for v in vectors]
                                + [{n: StagePlan(n, WINDOW)} for _ in window])
         elif needs_rfactor(s):
@@ -258,6 +271,30 @@ def needs_packing(s: StageInfo, inlined: set[str] = frozenset()) -> bool:
     source = body.source if isinstance(body, Reduce) else body
     strided = {t.name for t, _ in packs(body, last)}
     return bool(strided) and all(packable(r, last, inlined) for r in reads(source) if r.tensor.name in strided)
+
+
+def panel_inputs(s: StageInfo, inlined: set[str] = frozenset()) -> list[tuple[Tensor, int]]:
+    """The tensors a reduction reads along its last (vectorized) axis, each with the
+    dimension of that axis, when every such read has it alone in one dimension and plain
+    axes in the others (`B[k, j]`, `B[j, k]`, `weight[f, r, s, c]`) and some read does not
+    depend on it (the broadcast operand); else []. A local tile then reads, per block of
+    the axis, a panel of them copied contiguously (BLAS's packed B)."""
+    if not s.spatial or not s.reduce or window_axes(s) is not None:
+        return []
+    last = s.spatial[-1]
+    body = s.tensor.op.body
+    source = body.source if isinstance(body, Reduce) else body
+    along = [r for r in reads(source) if any(v is last or v == last for ix in r.indices for v in walk(ix))]
+    if not along or len(along) == len(reads(source)):
+        return []
+    out: list[tuple[Tensor, int]] = []
+    for r in along:
+        if not packable(r, last, inlined) or not all(isinstance(ix, IterVar) for ix in r.indices):
+            return []
+        dim = next(d for d, ix in enumerate(r.indices) if ix is last or ix == last)
+        if all(t is not r.tensor for t, _ in out):
+            out.append((r.tensor, dim))
+    return out
 
 
 def packs(body, axis: IterVar) -> list[tuple[Tensor, int]]:

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .affine import Range, interval
-from .expr import Binary, BufferLoad, Compare, Const, Expr, Logical, Select, Var, const
+from .affine import Affine, Range, interval
+from .expr import Binary, BufferLoad, Compare, Const, Expr, Logical, Not, Select, Var, const
 from .ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, seq, walk_stmts
 from .lower import normalize_index
 from .visit import map_expr, substitute, variables, walk
@@ -122,12 +122,61 @@ class _Partition:
             return self.select_cuts(f, ranges, inner)
         t = _prefix(f, conds, inner)
         if t == f.extent or 2 * t < f.extent or self.copies >= MAX_COPIES:  # worth it when most is full
+            if t < f.extent and f.extent > 1 and self.copies < MAX_COPIES:
+                switched = self.unswitch(f, ranges)
+                if switched is not None:
+                    return switched
             return self.select_cuts(f, ranges, inner)
         self.copies *= 2
         full = self._with_body(f, self.stmt(f.body, {**ranges, f.var: (0, t - 1)}), t)
         shifted = _shift(f.body, f.var, t)
         tail = self._with_body(f, self.stmt(shifted, {**ranges, f.var: (0, f.extent - t - 1)}), f.extent - t)
         return seq([full, tail])
+
+    def unswitch(self, f: For, ranges: dict[Expr, Range]) -> Stmt | None:
+        """`f` with its body in versions chosen per iteration, for loops whose guards no
+        prefix proves (a fused parallel loop over tiles: `(f % 22) * 32 + j < 688`). Per
+        guard whose whole-body condition depends on `f`: where it holds (a full tile), the
+        body without that guard; elsewhere (the tail tile) the guarded body, with the
+        tile's index fixed when the condition leaves it one value (`f % 22` is 21), so
+        that the guards there shorten their loops to the tail's constant extents. None
+        when no guard has such a condition."""
+        own: dict[Expr, Range] = {}
+        for x in walk_stmts(f.body):
+            if isinstance(x, For):
+                own[x.var] = (0, max(x.extent - 1, own.get(x.var, (0, 0))[1]))
+        outer = {**ranges, f.var: (0, f.extent - 1)}
+        groups: dict[Compare, Affine] = {}
+        seen: set[Expr] = set()
+        for x in walk_stmts(f.body):
+            if not isinstance(x, IfThenElse):
+                continue
+            for c in _conjuncts(x.cond):
+                names = variables(c)
+                if c in seen or f.var not in names or not any(v in own for v in names) \
+                        or provable(c, {**outer, **own}):
+                    continue
+                seen.add(c)
+                whole = _whole_body(c, own)
+                if whole is None or f.var not in variables(whole[0]) or provable(whole[0], outer, False):
+                    continue
+                groups.setdefault(whole[0], whole[1])
+        if not groups:
+            return None
+        return self._with_body(f, self._switch(f.body, list(groups.items()), outer, own))
+
+    def _switch(self, body: Stmt, groups: list[tuple[Compare, Affine]], ranges: dict[Expr, Range],
+                own: Mapping[Expr, Range]) -> Stmt:
+        if not groups or self.copies >= MAX_COPIES:
+            return self.stmt(body, ranges)
+        (cond, form), rest = groups[0], groups[1:]
+        self.copies *= 2
+        fast = self._switch(_drop_conjuncts(body, lambda c: (w := _whole_body(c, own)) is not None and w[0] == cond),
+                            rest, ranges, own)
+        pinned = _pinned(cond.op, form, ranges)
+        tail = body if pinned is None else _replace(body, {pinned[0]: const(pinned[1])})
+        slow = self._switch(tail, rest, ranges, own)
+        return seq([IfThenElse(cond, fast), IfThenElse(Not(cond), slow)])
 
     def select_cuts(self, f: For, ranges: dict[Expr, Range], inner: dict[Expr, Range]) -> Stmt:
         """`f` cut where the conditions of loading selects in it become provably true or
@@ -206,10 +255,97 @@ def _decide(x: Expr, ranges: Mapping[Expr, Range]) -> Expr | None:
     return Select(cond, x.then, x.other)
 
 
+def _whole_body(cond: Expr, own: Mapping[Expr, Range]) -> tuple[Compare, Affine] | None:
+    """A condition on the variables outside a loop body that implies `cond` for every value
+    of the body's own loop variables (`own`): `cond` at its worst corner, as
+    `form OP 0` (returned with `form`). None when `cond` is no comparison affine in those
+    variables."""
+    if not isinstance(cond, Compare) or cond.op not in ("lt", "le", "gt", "ge") or cond.a.dtype != "int32":
+        return None
+    aff = Affine.of(Binary("sub", cond.a, cond.b))
+    upper = cond.op in ("lt", "le")  # the worst corner maximizes a - b, else minimizes it
+    kept: list[tuple[Expr, int]] = []
+    worst = aff.offset
+    for atom, coef in aff.terms:
+        names = variables(atom)
+        moving = {v for v in names if v in own}
+        if not moving:
+            kept.append((atom, coef))
+            continue
+        if moving != names:
+            return None
+        r = interval(atom, own)
+        if r is None:
+            return None
+        lo, hi = min(coef * r[0], coef * r[1]), max(coef * r[0], coef * r[1])
+        worst += hi if upper else lo
+    form = Affine(tuple(kept), worst)
+    return Compare(cond.op, form.to_expr(), const(0)), form
+
+
+def _pinned(op: str, form: Affine, ranges: Mapping[Expr, Range]) -> tuple[Expr, int] | None:
+    """(atom, value) when `form OP 0` failing leaves the one atom of `form` a single value
+    within its range (the last tile's index), else None."""
+    if len(form.terms) != 1:
+        return None
+    atom, coef = form.terms[0]
+    r = interval(atom, ranges)
+    if r is None:
+        return None
+    lo, hi = r
+    off = form.offset
+    # where the condition fails: coef * atom + off >= 0 (lt), >= 1 (le), <= 0 (gt), <= -1 (ge)
+    if op in ("lt", "le"):
+        need = (0 if op == "lt" else 1) - off  # coef * atom >= need
+        if coef > 0:
+            lo = max(lo, -(-need // coef))
+        else:
+            hi = min(hi, need // coef)  # (coef < 0: dividing flips the inequality; // floors)
+    else:
+        need = (0 if op == "gt" else -1) - off  # coef * atom <= need
+        if coef > 0:
+            hi = min(hi, need // coef)
+        else:
+            lo = max(lo, -(-need // coef))
+    return (atom, lo) if lo == hi else None
+
+
+def _replace(s: Stmt, mapping: Mapping[Expr, Expr]) -> Stmt:
+    """`s` with the sub-expressions in `mapping` replaced, its indices normalized."""
+    def fn(x: Expr) -> Expr | None:
+        return mapping.get(x)
+
+    return _rewrite(s, lambda e: map_expr(e, fn))
+
+
+def _drop_conjuncts(s: Stmt, dropped) -> Stmt:
+    """`s` without the conjuncts of its guards for which `dropped(conjunct)` (known to hold)."""
+    if isinstance(s, Seq):
+        return Seq(tuple(_drop_conjuncts(c, dropped) for c in s.stmts))
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _drop_conjuncts(s.body, dropped), s.stage, s.loop, s.axis_kind)
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _drop_conjuncts(s.body, dropped))
+    if isinstance(s, IfThenElse):
+        then = _drop_conjuncts(s.then, dropped)
+        kept = [c for c in _conjuncts(s.cond) if not dropped(c)]
+        if not kept:
+            return then
+        cond = kept[0]
+        for c in kept[1:]:
+            cond = Logical("and", cond, c)
+        return IfThenElse(cond, then)
+    return s
+
+
 def _shift(s: Stmt, var: Var, offset: int) -> Stmt:
     """`s` with `var` replaced by `var + offset`."""
     mapping = {var: Binary("add", var, const(offset))}
+    return _rewrite(s, lambda e: substitute(e, mapping))
 
+
+def _rewrite(s: Stmt, change) -> Stmt:
+    """`s` with `change` applied to every expression, indices and comparisons normalized."""
     def tidy(x: Expr) -> Expr | None:
         if isinstance(x, BufferLoad):
             return BufferLoad(x.buffer, tuple(normalize_index(i) for i in x.indices))
@@ -218,7 +354,7 @@ def _shift(s: Stmt, var: Var, offset: int) -> Stmt:
         return None
 
     def ex(e: Expr) -> Expr:
-        return map_expr(substitute(e, mapping), tidy)
+        return map_expr(change(e), tidy)
 
     def go(x: Stmt) -> Stmt:
         if isinstance(x, Seq):
