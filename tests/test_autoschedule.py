@@ -369,3 +369,5 @@ def test_a_panel_sketch_copies_each_block_of_columns_contiguously_and_computes_t
         check_close(te.build(apply_config(sp, cfg_), list(w.args))(inputs["A"], inputs["B"]), a @ b, 1e-3, 1e-3)
     # a convolution whose window slides along the vectorized axis has no panel sketch
     assert not any("panel" in k for k in keys(W.conv2d_nchw(1, 4, 8, 8, 4, 3, 3, padding=1)))
+    # nor a matrix-vector product (a decode step's x @ W^T): its one row reads B once
+    assert not any("panel" in k for k in SketchSpace.of(W.matmul(1, 96, 24, layout=layout).outputs).sketches)

@@ -273,6 +273,9 @@ def needs_packing(s: StageInfo, inlined: set[str] = frozenset()) -> bool:
     return bool(strided) and all(packable(r, last, inlined) for r in reads(source) if r.tensor.name in strided)
 
 
+MIN_PANEL_REUSE = 16  # rows that read each panel; below it, the copy costs more than it saves
+
+
 def panel_inputs(s: StageInfo, inlined: set[str] = frozenset()) -> list[tuple[Tensor, int]]:
     """The tensors a reduction reads along its last (vectorized) axis, each with the
     dimension of that axis, when every such read has it alone in one dimension and plain
@@ -294,6 +297,13 @@ def panel_inputs(s: StageInfo, inlined: set[str] = frozenset()) -> list[tuple[Te
         dim = next(d for d, ix in enumerate(r.indices) if ix is last or ix == last)
         if all(t is not r.tensor for t, _ in out):
             out.append((r.tensor, dim))
+    used = {v for r in along for ix in r.indices for v in walk(ix)}
+    reuse = 1
+    for a in s.spatial:
+        if not any(v is a or v == a for v in used):
+            reuse *= a.extent
+    if reuse < MIN_PANEL_REUSE:
+        return []  # a matrix-vector product reads B once: copying it first doubles its traffic
     return out
 
 
