@@ -108,10 +108,10 @@ def computation(name: str, cpu: bool) -> Any:
     if name == "softmax":
         return workloads.softmax(*((4, 64) if cpu else (16384, 4096)), "float16")
     if name == "conv2d":
-        n, c, h, w, k = (2, 8, 6, 6, 8) if cpu else (32, 64, 56, 56, 64)
+        n, c, h, w, k = (2, 16, 6, 6, 8) if cpu else (32, 64, 56, 56, 64)
         return workloads.conv2d_nchw(n, c, h, w, k, 3, 3, 1, 1, "float16")
     if name == "conv2d_deep":  # K = 256 * 3 * 3 = 2,304 over 98 tiles of 128x128: split-K applies
-        n, c, h, w, k = (2, 8, 4, 4, 8) if cpu else (32, 256, 14, 14, 256)
+        n, c, h, w, k = (2, 16, 4, 4, 8) if cpu else (32, 256, 14, 14, 256)
         return workloads.conv2d_nchw(n, c, h, w, k, 3, 3, 1, 1, "float16")
     if name == "matmul_relu_tall":
         return workloads.matmul_bias_relu(*((64, 32, 32) if cpu else (16384, 1024, 4096)), "float16")
