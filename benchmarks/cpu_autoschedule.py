@@ -136,6 +136,17 @@ def check_agree(contenders: list[tuple[str, Callable[[], object]]], out: np.ndar
                              f"(max error {np.nanmax(np.abs(got - want)):.3g})")
 
 
+def rates(rounds: dict[str, list[float]], fastest: dict[str, list[float]], flops: float) -> dict[str, dict]:
+    """The report's timing fields from `interleaved`'s rounds: medians over rounds, the
+    fastest call, and both as GFLOP/s."""
+    medians = {k: statistics.median(v) for k, v in rounds.items()}
+    best = {k: min(v) for k, v in fastest.items()}
+    return {"median_seconds": medians, "fastest_seconds": best, "rounds_seconds": rounds,
+            "rounds_fastest_seconds": fastest,
+            "gflops": {k: flops / v / 1e9 for k, v in medians.items()},
+            "gflops_fastest": {k: flops / v / 1e9 for k, v in best.items()}}
+
+
 def interleaved(contenders: dict[str, Callable[[], object]], timer, rounds: int,
                 rng: np.random.Generator) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Each contender's median and fastest call per round, the contenders in a fresh
@@ -231,16 +242,11 @@ def time_all(names, args, db_path) -> dict:
         busy_before = wait_until_quiet(args.wait_quiet)
         load_before = os.getloadavg()[0]
         rounds, fastest = interleaved(contenders, timer, args.rounds, rng)
-        medians = {k: statistics.median(v) for k, v in rounds.items()}
-        best = {k: min(v) for k, v in fastest.items()}
         report[name] = {
             "title": b.name if not args.quick else f"{name} (quick: {dict(comp.key)})", "flops": comp.flops,
             "busy_cores_before": round(busy_before, 2), "busy_cores_after": round(busy_cores(), 2),
             "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2), "trials": trials_of,
-            "median_seconds": medians, "fastest_seconds": best, "rounds_seconds": rounds,
-            "rounds_fastest_seconds": fastest,
-            "gflops": {k: comp.flops / v / 1e9 for k, v in medians.items()},
-            "gflops_fastest": {k: comp.flops / v / 1e9 for k, v in best.items()},
+            **rates(rounds, fastest, comp.flops),
         }
         g = report[name]["gflops"]
         print(f"{b.name} (other processes busy on {busy_before:.1f} cores): "

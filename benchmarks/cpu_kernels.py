@@ -36,7 +36,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -49,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cpu_autoschedule import busy_cores, check_agree, interleaved, raw_call  # noqa: E402
+from cpu_autoschedule import busy_cores, check_agree, interleaved, rates, raw_call  # noqa: E402
 from tensortune.autoschedule import autoschedule  # noqa: E402
 from tensortune.db import Target  # noqa: E402
 from tensortune.measure import Timer  # noqa: E402
@@ -189,15 +188,10 @@ def time_all(names, args) -> dict:
         check_agree(list(contenders.items()), out, name)  # every contender computes the same thing
         busy_before = busy_cores()
         rounds, fastest = interleaved(contenders, timer, args.rounds, rng)
-        medians = {k: statistics.median(v) for k, v in rounds.items()}
-        best = {k: min(v) for k, v in fastest.items()}
         report[name] = {
             "title": b.title if not args.quick else f"{name} (quick: {dict(comp.key)})", "flops": comp.flops,
             "busy_cores_before": round(busy_before, 2), "busy_cores_after": round(busy_cores(), 2),
-            "sketch": final.sketch, "median_seconds": medians, "fastest_seconds": best, "rounds_seconds": rounds,
-            "rounds_fastest_seconds": fastest,
-            "gflops": {k: comp.flops / v / 1e9 for k, v in medians.items()},
-            "gflops_fastest": {k: comp.flops / v / 1e9 for k, v in best.items()},
+            "sketch": final.sketch, **rates(rounds, fastest, comp.flops),
         }
         g = report[name]["gflops"]
         print(f"{report[name]['title']} (others busy on {busy_before:.1f} cores): "

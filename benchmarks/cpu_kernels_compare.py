@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cpu_autoschedule import busy_cores, check_agree, interleaved  # noqa: E402
+from cpu_autoschedule import busy_cores, check_agree, interleaved, rates  # noqa: E402
 from cpu_kernels import BENCHES  # noqa: E402
 
 
@@ -89,14 +88,9 @@ def compare(args) -> None:
         check_agree(list(contenders.items()), out, name)
         busy = busy_cores()
         rounds, fastest = interleaved(contenders, timer, args.rounds, rng)
-        med = {k: statistics.median(v) for k, v in rounds.items()}
-        best = {k: min(v) for k, v in fastest.items()}
-        g = {k: comp.flops / v / 1e9 for k, v in med.items()}
-        gf = {k: comp.flops / v / 1e9 for k, v in best.items()}
         report[name] = {"title": bench.title, "flops": comp.flops, "busy_cores_before": round(busy, 2),
-                        "gflops": g, "gflops_fastest": gf, "median_seconds": med, "fastest_seconds": best,
-                        "rounds_seconds": rounds, "rounds_fastest_seconds": fastest,
-                        "before": before[name], "after": after[name]}
+                        **rates(rounds, fastest, comp.flops), "before": before[name], "after": after[name]}
+        g, gf = report[name]["gflops"], report[name]["gflops_fastest"]
         print(f"| {bench.title} | {busy:.1f} | " + " | ".join(f"{g[k]:.1f}" for k in contenders)
               + f" | {g['after'] / g['numpy']:.2f}x | {g['before'] / g['numpy']:.2f}x | "
               + " / ".join(f"{gf[k]:.1f}" for k in contenders)
