@@ -158,11 +158,11 @@ class _Lowering:
             if attach:
                 for p in reversed(self.attached.get((st.name, loop), [])):
                     inner = Allocate(self.buffers[p.name], seq([self.stage(p), inner]))
-            inner = _guard(guard_at.get(pos, []), inner)
+            inner = guarded(guard_at.get(pos, []), inner)
             kind = _KIND.get(st.annotations.get(loop, ""), "serial")
             return For(st.loop_var(loop), b.extents[loop], kind, inner, st.name, loop, st.kinds[loop])
 
-        return _guard(list(top_guards), go(0))
+        return guarded(list(top_guards), go(0))
 
 
 def _needs_accumulator(st: StageState) -> bool:
@@ -182,7 +182,8 @@ def _copy_out(st: StageState, acc: Buffer, out: Buffer) -> Stmt:
     return body
 
 
-def _guard(conds: Sequence[Expr], body: Stmt) -> Stmt:
+def guarded(conds: Sequence[Expr], body: Stmt) -> Stmt:
+    """`body` under the conjunction of `conds` (`body` itself when there are none)."""
     if not conds:
         return body
     cond = conds[0]

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from .affine import Affine, Range, interval
 from .expr import Binary, BufferLoad, Compare, Const, Expr, Logical, Not, Select, Var, const
 from .ir import Allocate, For, IfThenElse, LoweredFunc, Seq, Stmt, Store, seq, walk_stmts
-from .lower import normalize_index
+from .lower import guarded, normalize_index
 from .visit import map_expr, substitute, variables, walk
 
 MAX_COPIES = 16  # a loop nest is copied at most this many times by partitioning
@@ -88,13 +88,7 @@ class _Partition:
             if provable(s.cond, ranges, False):
                 return Seq(())  # never taken
             kept = [c for c in _conjuncts(s.cond) if not provable(c, ranges)]
-            body = self.stmt(s.then, ranges)
-            if not kept:
-                return body
-            cond = kept[0]
-            for c in kept[1:]:
-                cond = Logical("and", cond, c)
-            return IfThenElse(cond, body)
+            return guarded(kept, self.stmt(s.then, ranges))
         if isinstance(s, For):
             return self.loop(s, ranges)
         if isinstance(s, Store) and _loading_selects(s):
@@ -327,14 +321,8 @@ def _drop_conjuncts(s: Stmt, dropped) -> Stmt:
     if isinstance(s, Allocate):
         return Allocate(s.buffer, _drop_conjuncts(s.body, dropped))
     if isinstance(s, IfThenElse):
-        then = _drop_conjuncts(s.then, dropped)
         kept = [c for c in _conjuncts(s.cond) if not dropped(c)]
-        if not kept:
-            return then
-        cond = kept[0]
-        for c in kept[1:]:
-            cond = Logical("and", cond, c)
-        return IfThenElse(cond, then)
+        return guarded(kept, _drop_conjuncts(s.then, dropped))
     return s
 
 

@@ -21,7 +21,7 @@ from .affine import interval
 from .dtype import INDEX, TEError, check_dtype, is_int
 from .expr import Const, Expr, IterVar, Reduce, Select, TensorRead, as_expr
 from .split import has_inner_reduction, lift_reductions
-from .visit import children, itervars, reads, walk
+from .visit import children, itervars, reads
 
 
 @dataclass(frozen=True, eq=False)
