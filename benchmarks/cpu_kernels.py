@@ -5,7 +5,7 @@ A @ B^T, TN: A^T @ B, the operands stored as BLAS would be given them), a depthw
 convolution (1x256x56x56, padding 1), a layer norm over 768 columns of 2048 rows, and
 matmuls of awkward shapes that real models produce: the MLP of a small Llama (128 tokens,
 hidden 256, width 688 = 16 x 43, `x @ W^T`: `llama_up` 128x688x256 and `llama_down`
-128x256x688) and three shapes no setting was chosen on (`odd_nn` 96x1000x300, `odd_nt`
+128x256x688; `decode_up`, its decode step's 1x688x256) and three shapes no setting was chosen on (`odd_nn` 96x1000x300, `odd_nt`
 200x1376x512, `odd_tn` 77x3072x768). By default every workload is run; `--workloads`
 picks some.
 Each is auto-scheduled with `te.autoschedule(target="cpu", budget=--trials)` into a
@@ -143,6 +143,8 @@ BENCHES = {
     # the linear layers of a small Llama's MLP (hidden 256, width 688 = 16 x 43, 128 tokens, x @ W^T)
     "llama_up": _matmul("NT", 128, 688, 256, AWKWARD_QUICK),
     "llama_down": _matmul("NT", 128, 256, 688, AWKWARD_QUICK),
+    # the same model's decode step: one token, a matrix-vector product
+    "decode_up": _matmul("NT", 1, 688, 256, (1, 43, 29)),
     # shapes no setting was chosen on: a classifier head, a wider MLP, CLIP's 77 tokens
     "odd_nn": _matmul("NN", 96, 1000, 300, AWKWARD_QUICK),
     "odd_nt": _matmul("NT", 200, 1376, 512, AWKWARD_QUICK),
