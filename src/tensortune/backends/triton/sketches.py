@@ -43,6 +43,7 @@ from ...space import Categorical, Config, Ordinal, PowerOfTwo, Space
 from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, RowsPlan
 from .patterns_attention import AttentionPlan
 from .patterns_conv import GroupedConvPlan
+from .sketch_gemv import gemv_applies, gemv_seeds, with_gemv
 from .source import GenOptions
 
 H100_SMS = 132
@@ -128,6 +129,9 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     if tails != [1]:
         constraints += ["TAIL_SPLIT == 1 or (SPLIT_K == 1 and not TMA_STORE)",
                         f"TAIL_SPLIT * BLOCK_K <= {k}"]
+    gemv = gemv_applies(plan)
+    if gemv:  # a few rows: the matrix-vector kernel competes (sketch_gemv.py)
+        params, constraints = with_gemv(plan, params, constraints, item)
     space = Space(params, constraints=constraints)
     tiles = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3),
              (256, 128, 64, 8, 3),
@@ -176,6 +180,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
                             "PERSISTENT": True, "TMA": True, "TMA_STORE": True, "EPILOGUE_SPLIT": 2, "num_warps": 8,
                             "num_stages": 4})
     seeds = first + [c for c in seeds if c not in first]
+    if gemv:
+        seeds = gemv_seeds(plan, space, item, sms)[:6] + seeds[:4]
     return Sketch(plan, space, tuple(seeds[:10]))
 
 
@@ -340,6 +346,8 @@ def _elementwise(plan: ElementwisePlan) -> Sketch:
 
 
 def _add(space: Space, seeds: list[Config], values: dict[str, Any]) -> None:
+    if "GEMV" in space.names:
+        values = {"GEMV": False, **values}
     try:
         cfg = space.config(values)
     except Exception:  # noqa: BLE001 - a rule of thumb outside this shape's space is skipped
