@@ -15,6 +15,8 @@ accelerator through device-side tensor descriptors, when both factors are plain
 row-major reads; TMA_STORE also stores the output tile through one), EPILOGUE_SPLIT (the
 epilogue applied to two column halves of the accumulator, fewer live registers),
 TAIL_SPLIT (the last wave's tiles split along K, `wave.py`), num_warps and num_stages.
+GEMV (a contraction of at most 8 rows) generates the matrix-vector kernel of `gen_gemv.py`
+instead.
 
 Example:
     >>> from tensortune.te import workloads

@@ -19,7 +19,8 @@ SCORES_AHEAD (the next key block's scores issued before the current softmax) and
 when causal, MASK_SPLIT (blocks below the diagonal looped without the mask) and
 REVERSE_M (the longest query blocks first). A contraction whose last wave of tiles would
 leave most multiprocessors idle may split that wave's tiles along K (TAIL_SPLIT, seeded
-with the split that fills it). A depthwise or grouped convolution chooses BLOCK_P
+with the split that fills it). A contraction of at most 8 rows also offers GEMV, the
+matrix-vector kernel, seeded first (`sketch_gemv.py`). A depthwise or grouped convolution chooses BLOCK_P
 pixels and BLOCK_C channels per program, seeded apart for channels-first and
 channels-last outputs.
 `seeds` are rules-of-thumb points
