@@ -202,3 +202,13 @@ def test_the_search_measures_and_checks_gemv_candidates_first(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert all(result["ok"]), result["errors"]
     assert result["gemv"][:4] == [True] * 4
+
+
+def test_a_gpu_template_gets_the_tiled_kernel_unless_it_asks_for_gemv():
+    from tensortune.template.cuda import cuda_schedule, resolve
+
+    w = workloads.matmul(1, 256, 512, "float16", "NT")
+    tiled = resolve(cuda_schedule(w, BLOCK_N=64, num_warps=4)).config
+    assert not tiled["GEMV"] and tiled["BLOCK_N"] == 64 and tiled["GROUP_M"] == 8
+    gemv = resolve(cuda_schedule(w, GEMV=True, BLOCK_K=256)).config
+    assert gemv["GEMV"] and gemv["BLOCK_K"] == 256
