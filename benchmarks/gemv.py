@@ -175,9 +175,9 @@ def run_shape(s: Shape, args: argparse.Namespace, tuning: GemvTuning, timer: Any
 
 
 def table(rows: dict[str, dict[str, Any]]) -> str:
-    head = (f"{'shape':<16} {'M x K -> N':<16} {'epilogue':<9} {'tensortune':>10} {'%HBM':>5} {'cuBLAS':>9} {'%HBM':>5} "
-            f"{'max-at':>9} {'%HBM':>5} {'x cuBLAS':>8} {'x max-at':>8} {'GEMV':>5} {'best GEMV':>9} {'best tl.dot':>11}"
-            "  check")
+    head = (f"{'shape':<16} {'M x K -> N':<16} {'epilogue':<9} {'tensortune':>10} {'%HBM':>5} {'cuBLAS':>9} "
+            f"{'%HBM':>5} {'max-at':>9} {'%HBM':>5} {'x cuBLAS':>8} {'x max-at':>8} {'GEMV':>5} {'best GEMV':>9} "
+            f"{'best tl.dot':>11}  check")
     lines = [head, "-" * len(head)]
 
     def cell(r: dict[str, Any], name: str) -> str:
@@ -277,8 +277,8 @@ def main() -> int:
         geo = math.exp(statistics.fmean(math.log(r["us"]["cublas"] / r["us"]["tensortune"]) for r in decode))
         print(f"decode shapes: {100 * report['decode_hbm_share']:.0f}% of HBM bandwidth overall, "
               f"{geo:.2f}x cuBLAS (geometric mean)")
-    print(f"{len(rows)} shapes in {time.perf_counter() - START:.0f} s; failed {sorted(report.get('failed', {})) or 'none'};"
-          f" results in {path}")
+    failed = sorted(report.get("failed", {})) or "none"
+    print(f"{len(rows)} shapes in {time.perf_counter() - START:.0f} s; failed {failed}; results in {path}")
     return 1 if report.get("failed") or any(not r["correct"] for r in rows.values()) else 0
 
 

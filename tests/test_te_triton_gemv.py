@@ -212,3 +212,13 @@ def test_a_gpu_template_gets_the_tiled_kernel_unless_it_asks_for_gemv():
     assert not tiled["GEMV"] and tiled["BLOCK_N"] == 64 and tiled["GROUP_M"] == 8
     gemv = resolve(cuda_schedule(w, GEMV=True, BLOCK_K=256)).config
     assert gemv["GEMV"] and gemv["BLOCK_K"] == 256
+
+
+def test_a_new_knob_of_the_tiled_kernel_must_say_its_gemv_value():
+    from tensortune.backends.triton.sketch_gemv import with_gemv
+    from tensortune.space import Categorical
+
+    plan = analyze(workloads.matmul(1, 64, 64, "float16", "NT").output)
+    params = [p for p in sketch(plan).space.params if p.name != "GEMV"] + [Categorical("STREAM_K", [False, True])]
+    with pytest.raises(ValueError, match="STREAM_K"):
+        with_gemv(plan, params, [], 2)

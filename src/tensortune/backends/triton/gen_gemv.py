@@ -43,8 +43,10 @@ from .wave import WAVE_HELPER
 GEMV_MAX_ROWS = 8
 
 # the tiled kernel's knobs, which a matrix-vector configuration leaves at these values
-_FIXED = {"PERSISTENT": False, "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "RELAYOUT": False,
-          "TAIL_SPLIT": 1}
+TILED_ONLY = {"PERSISTENT": False, "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "RELAYOUT": False,
+              "TAIL_SPLIT": 1}
+# knobs a matrix-vector configuration takes but does not use (the sketch pins them too)
+UNUSED = {"BLOCK_M": 16, "GROUP_M": 1}
 
 
 def gemv_applies(plan: ContractionPlan) -> bool:
@@ -55,8 +57,8 @@ def gemv_applies(plan: ContractionPlan) -> bool:
 
 
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
-    c = {"GEMV": True, "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 256, "GROUP_M": 1, "SPLIT_K": 1, **_FIXED,
-         "num_warps": 4, "num_stages": 2}
+    c = {"GEMV": True, **UNUSED, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, **TILED_ONLY, "num_warps": 4,
+         "num_stages": 2}
     unknown = set(config) - set(c)
     if unknown:
         raise CodegenError(f"unknown matrix-vector parameter(s) {sorted(unknown)}; known: {sorted(c)}")
@@ -67,7 +69,7 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
             raise CodegenError(f"{name}={v!r}: a matrix-vector block is a power of two")
     if not isinstance(c["SPLIT_K"], int) or c["SPLIT_K"] < 1:
         raise CodegenError(f"SPLIT_K={c['SPLIT_K']!r} must be a positive integer")
-    clash = sorted(k for k, v in _FIXED.items() if c[k] != v)
+    clash = sorted(k for k, v in TILED_ONLY.items() if c[k] != v)
     if clash:
         raise CodegenError(f"GEMV is not combined with {', '.join(f'{k}={c[k]!r}' for k in clash)}")
     return c

@@ -23,19 +23,26 @@ from __future__ import annotations
 from typing import Any
 
 from ...space import Categorical, Config, Ordinal, PowerOfTwo, Space
-from .gen_gemv import GEMV_MAX_ROWS, gemv_applies
+from .gen_gemv import GEMV_MAX_ROWS, TILED_ONLY, UNUSED, gemv_applies
 from .patterns import ContractionPlan
 from .source import cdiv
 
 __all__ = ["GEMV_MAX_ROWS", "gemv_applies", "gemv_seeds", "with_gemv"]
 
 GEMV_SPLITS = [1, 2, 4, 8, 16]
+GEMV_KNOBS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
 REGS_PER_THREAD = 64  # float32 accumulator values a thread holds for all rows together
 LOAD_BYTES = 16  # one vector load
 
 
 def _pow2_at_least(x: int) -> int:
     return 1 << max(0, x - 1).bit_length()
+
+
+def _equals(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return name if value else f"not {name}"
+    return f"{name} == {value}"
 
 
 def _k_inner(plan: ContractionPlan) -> int:
@@ -60,9 +67,10 @@ def with_gemv(plan: ContractionPlan, params: list[Any], constraints: list[str],
     params = [Categorical("GEMV", [True, False])] + [widened.get(p.name, p) for p in params]
     tiled = constraints + [f"BLOCK_N >= {min(old_n.values)}", f"BLOCK_K <= {max(old_k.values)}",
                            f"SPLIT_K <= {max(old_split.values)}"]
-    pinned = ["BLOCK_M == 16", "GROUP_M == 1", "not PERSISTENT", "not TMA", "not TMA_STORE", "EPILOGUE_SPLIT == 1"]
-    pinned += ["TAIL_SPLIT == 1"] if "TAIL_SPLIT" in by_name else []
-    pinned += ["not RELAYOUT"] if "RELAYOUT" in by_name else []
+    unknown = sorted(set(by_name) - set(TILED_ONLY) - set(UNUSED) - set(GEMV_KNOBS))
+    if unknown:  # a new knob of the tiled kernel: say what a GEMV configuration sets it to (gen_gemv.TILED_ONLY)
+        raise ValueError(f"the contraction's knob(s) {unknown} have no fixed value for GEMV configurations")
+    pinned = [_equals(name, value) for name, value in {**UNUSED, **TILED_ONLY}.items() if name in by_name]
     gemv = [" and ".join(pinned),
             f"{m} * BLOCK_N * BLOCK_K <= num_warps * 32 * {REGS_PER_THREAD}",
             f"BLOCK_N * BLOCK_K * {item} >= num_warps * 32 * {LOAD_BYTES}",
@@ -83,8 +91,7 @@ def gemv_seeds(plan: ContractionPlan, space: Space, item: int, sms: int) -> list
     k = _k_inner(plan)
     seeds: list[Config] = []
     splits = _values(space, "SPLIT_K")
-    fixed = {"BLOCK_M": 16, "GROUP_M": 1, "PERSISTENT": False, "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1}
-    fixed.update({name: value for name, value in (("TAIL_SPLIT", 1), ("RELAYOUT", False)) if name in space.names})
+    fixed = {name: value for name, value in {**UNUSED, **TILED_ONLY}.items() if name in space.names}
     row_bytes = (1024, 512, 2048, 1024, 256, 512)  # bytes of a weight row a step
     shapes = ((4, 2), (4, 3), (8, 2), (8, 3), (2, 3), (4, 4))  # (num_warps, num_stages)
     for width, (warps, stages) in zip(row_bytes, shapes):
