@@ -169,8 +169,10 @@ def run_shape(s: Shape, args: argparse.Namespace, tuning: GemvTuning, timer: Any
            "config": dict(kernel.config), "gemv_chosen": bool(kernel.config.get("GEMV", False)),
            "trials": kernel.tuning.trials, "failures": kernel.tuning.failures, "tuning_seconds": round(seconds, 1),
            "best_gemv": best_of(tuning.results, True), "best_tiled": best_of(tuning.results, False)}
+    knobs = " ".join(f"{k}={kernel.config[k]}" for k in ("GEMV", "BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K",
+                                                           "num_warps", "num_stages") if k in kernel.config)
     print(f"[{s.name}] {row['shape']}: " + ", ".join(f"{n} {t:.1f}us" for n, t in us.items())
-          + f"; GEMV chosen: {row['gemv_chosen']}; {seconds:.0f} s tuning", flush=True)
+          + f"; {knobs}; {seconds:.0f} s tuning", flush=True)
     return row
 
 
@@ -210,7 +212,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     parser.add_argument("--shapes", default="", help="comma-separated shape names (default: all)")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile max-autotune")
-    parser.add_argument("--compile-deadline", type=float, default=130.0,
+    parser.add_argument("--compile-deadline", type=float, default=120.0,
                         help="seconds after which max-autotune is no longer compiled for the next shapes")
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
