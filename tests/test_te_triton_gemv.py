@@ -78,6 +78,19 @@ CASES = [
     ("padded-conv-gathered", lambda: workloads.conv2d_nchw(1, 3, 6, 6, 8, 3, 3, 1, 1, "float16").output,
      {**GEMV, "BLOCK_N": 16, "BLOCK_K": 16, "SPLIT_K": 2}, "float16"),
 ]
+VECTOR = {"VECTOR_TILE": False}  # the row's slice loaded once and broadcast through shared memory
+CASES += [
+    ("vector-split-k-tails", lambda: workloads.matmul(1, 40, 100, "bfloat16", "NT").output,
+     {**GEMV, **VECTOR, "BLOCK_N": 16, "BLOCK_K": 32, "SPLIT_K": 3}, "bfloat16"),
+    ("vector-prologue-epilogue", lambda: decode_mlp(96, 48, "float16"),
+     {**GEMV, **VECTOR, "BLOCK_N": 8, "BLOCK_K": 32}, "float16"),
+    ("vector-rows-in-two-axes", lambda: rows_in_two_axes("float16"),
+     {**GEMV, **VECTOR, "BLOCK_N": 8, "BLOCK_K": 16, "SPLIT_K": 2}, "float16"),
+    ("vector-padded-conv", lambda: workloads.conv2d_nchw(1, 3, 6, 6, 8, 3, 3, 1, 1, "float16").output,
+     {**GEMV, **VECTOR, "BLOCK_N": 16, "BLOCK_K": 16}, "float16"),
+    ("vector-fp32-batched", lambda: workloads.batch_matmul(2, 3, 24, 48, "float32").output,
+     {**GEMV, **VECTOR, "BLOCK_N": 8, "BLOCK_K": 16, "SPLIT_K": 2}, "float16"),
+]
 
 
 @pytest.mark.parametrize("name,make,config,half", CASES, ids=[c[0] for c in CASES])
@@ -135,7 +148,8 @@ def test_a_few_rows_are_searched_and_seeded_as_gemv(m, n, k):
     sk = sketch(analyze(workloads.matmul(m, n, k, "bfloat16", "NT").output), GenOptions(half="bfloat16"))
     assert "GEMV" in sk.space.names
     first = sk.seeds[0]
-    assert first["GEMV"] and first["BLOCK_K"] >= 256
+    assert first["GEMV"] and first["VECTOR_TILE"] and first["BLOCK_K"] >= 256
+    assert any(c["GEMV"] and not c["VECTOR_TILE"] for c in sk.seeds[:6])
     assert any(not c["GEMV"] for c in sk.seeds)  # the tiled kernel still competes
     text = generate(sk.plan, first, GenOptions(half="bfloat16")).text
     assert "def tt_gemv(" in text and "tl.dot" not in text
@@ -144,6 +158,7 @@ def test_a_few_rows_are_searched_and_seeded_as_gemv(m, n, k):
     sample = sk.space.sample(300, seed=0) + list(sk.seeds)
     assert sum(c["GEMV"] for c in sample) > 10
     for c in sample:  # every point of the space is one the generator accepts
+        assert c["GEMV"] or not c["VECTOR_TILE"]
         generate(sk.plan, c, GenOptions(half="bfloat16"))
 
 
@@ -164,6 +179,8 @@ def test_gemv_rejects_what_it_cannot_generate():
         generate(plan, {**GEMV, "BLOCK_N": 12})
     with pytest.raises(CodegenError, match="at most 8 rows"):
         generate(analyze(workloads.matmul(16, 64, 64, "float16", "NT").output), GEMV)
+    with pytest.raises(CodegenError, match="VECTOR_TILE apply to GEMV configurations only"):
+        generate(plan, {"GEMV": False, "VECTOR_TILE": True, "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16})
 
 
 SEARCH = textwrap.dedent("""

@@ -139,7 +139,7 @@ def resolve(schedule: CudaSchedule, sms: int | None = None) -> Resolved:
                             f"must set {missing}")
     default = dict(sk.seeds[0])
     if "GEMV" in names and not schedule.options.get("GEMV", False):  # a tiled template: the tiled kernel's defaults
-        default = dict(next((s for s in sk.seeds if not s["GEMV"]), default), GEMV=False)
+        default = dict(next((s for s in sk.seeds if not s["GEMV"]), default), GEMV=False, VECTOR_TILE=False)
     values = {n: schedule.options[n] if n in schedule.options else default[n] for n in names}
     try:
         config = sk.space.config(values)

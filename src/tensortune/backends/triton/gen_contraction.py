@@ -37,7 +37,7 @@ from ...te.dtype import is_float
 from ...te.expr import Cast, Const, Expr, Select, TensorRead
 from ...te.tensor import Tensor
 from .exprgen import TL_TYPES, Emitter
-from .gen_gemv import generate_gemv
+from .gen_gemv import generate_gemv, tiled_config
 from .patterns import ACC, ContractionPlan
 from .relayout import relayout, relayout_kernel, relayout_targets
 from .wave import WAVE_HELPER, fixup_lines, tail_prologue
@@ -100,7 +100,7 @@ def tma_operands(plan: ContractionPlan, options: GenOptions) -> tuple[TensorRead
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
     c = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 1, "PERSISTENT": False,
          "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "RELAYOUT": False, "TAIL_SPLIT": 1,
-         "GEMV": False, "num_warps": 4, "num_stages": 3}
+         "num_warps": 4, "num_stages": 3}
     unknown = set(config) - set(c)
     if unknown:
         raise CodegenError(f"unknown contraction parameter(s) {sorted(unknown)}; known: {sorted(c)}")
@@ -123,7 +123,7 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
 def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], options: GenOptions) -> KernelSource:
     if config.get("GEMV"):  # a few rows: the matrix-vector kernel (gen_gemv.py)
         return generate_gemv(plan, config, options)
-    c = _config(config)
+    c = _config(tiled_config(config))
     bm, bn, bk, group, split = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["GROUP_M"], c["SPLIT_K"]
     halves, tail = c["EPILOGUE_SPLIT"], c["TAIL_SPLIT"]
     nb, m, n, _ = plan.sizes

@@ -16,8 +16,14 @@ the epilogue (as `wave.py`'s tail tiles do), so the kernel is one launch and its
 does not depend on which program finishes last. The fused epilogue (bias, activation,
 residual, cast) is the contraction's own, applied to a [rows, BLOCK_N] tile.
 
-Knobs: BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages (BLOCK_M, GROUP_M are unused; the
-knobs of the tiled kernel must keep their defaults).
+Each step needs each row's [BLOCK_K] slice of the M-side factor in the weight tile's
+register layout. With VECTOR_TILE (the default) the slice is loaded at the tile's shape:
+every tile row reads the same addresses, which after the first come from L1, and no
+layout is converted. Without it the slice is loaded once as a vector and broadcast over
+the tile's rows, which Triton does through shared memory, with barriers, every step.
+
+Knobs: BLOCK_N, BLOCK_K, SPLIT_K, VECTOR_TILE, num_warps, num_stages (BLOCK_M, GROUP_M
+are unused; the knobs of the tiled kernel must keep their defaults).
 
 Example:
     >>> from tensortune.te import workloads
@@ -47,6 +53,16 @@ TILED_ONLY = {"PERSISTENT": False, "TMA": False, "TMA_STORE": False, "EPILOGUE_S
               "TAIL_SPLIT": 1}
 # knobs a matrix-vector configuration takes but does not use (the sketch pins them too)
 UNUSED = {"BLOCK_M": 16, "GROUP_M": 1}
+# the matrix-vector kernel's own knobs, with the values a tiled configuration has
+GEMV_ONLY = {"GEMV": False, "VECTOR_TILE": False}
+
+
+def tiled_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A tiled-kernel configuration without the matrix-vector knobs (which must be off)."""
+    on = sorted(k for k, off in GEMV_ONLY.items() if k in config and config[k] != off)
+    if on:
+        raise CodegenError(f"{', '.join(on)} apply to GEMV configurations only")
+    return {k: v for k, v in config.items() if k not in GEMV_ONLY}
 
 
 def gemv_applies(plan: ContractionPlan) -> bool:
@@ -57,8 +73,8 @@ def gemv_applies(plan: ContractionPlan) -> bool:
 
 
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
-    c = {"GEMV": True, **UNUSED, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, **TILED_ONLY, "num_warps": 4,
-         "num_stages": 2}
+    c = {"GEMV": True, "VECTOR_TILE": True, **UNUSED, "BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 1, **TILED_ONLY,
+         "num_warps": 4, "num_stages": 2}
     unknown = set(config) - set(c)
     if unknown:
         raise CodegenError(f"unknown matrix-vector parameter(s) {sorted(unknown)}; known: {sorted(c)}")
@@ -114,26 +130,34 @@ def generate_gemv(plan: ContractionPlan, config: Mapping[str, Any], options: Gen
     body += [f"acc{r} = tl.zeros(({bn}, {bk}), dtype=tl.float32)" for r in range(m)]
 
     loop = [f"rk = it * {bk} + tl.arange(0, {bk})"]
-    masks: dict[Any, str] = {}
+    masks_w: dict[Any, str] = {}
+    masks_a: dict[Any, str] = {}
     if not even_k:
-        loop += [f"k_ok = (rk < {k_inner})[None, :]"]
-        masks = {a.var: "k_ok" for a in plan.k}
-    loop += decompose("rk", plan.k, "[None, :]")
-    common = {**names_of(plan.batch), **names_of(plan.k)}
-    ew = Emitter({**common, **names_of(plan.n, "_w")}, pointers, masks=masks, ranges=ranges, storage=storage,
-                 shapes=shapes, prefix="tw")
+        loop += [f"k_ok = rk < {k_inner}", "k_ok_w = k_ok[None, :]"]
+        masks_w = {a.var: "k_ok_w" for a in plan.k}
+        masks_a = {a.var: "k_ok" for a in plan.k}
+    loop += decompose("rk", plan.k, "[None, :]", "_w")
+    ew = Emitter({**names_of(plan.batch), **names_of(plan.k, "_w"), **names_of(plan.n, "_w")}, pointers,
+                 masks=masks_w, ranges=ranges, storage=storage, shapes=shapes, prefix="tw")
     w = ew.value(plan.factor_b)
     loop += ew.lines + [f"w = tl.broadcast_to({w}, ({bn}, {bk}))"]
     if not even_k:
-        loop += ["w = tl.where(k_ok, w, 0.0)"]
+        loop += ["w = tl.where(k_ok_w, w, 0.0)"]
+    # each row's slice of the other factor: loaded at the weight tile's shape (every tile row reads the
+    # same addresses, from L1, in the weight's layout) or once as a vector along K, broadcast over
+    # the tile's rows (its layout converted through shared memory every step)
+    tile = bool(c["VECTOR_TILE"])
+    loop += decompose("rk", plan.k, "[None, :] + rn_in[:, None] * 0" if tile else "", "_a")
     for r in range(m):
-        ea = Emitter({**common, **names_of(plan.m, f"_r{r}")}, pointers, masks=masks, ranges=ranges,
-                     storage=storage, shapes=shapes, prefix=f"ta{r}_")
+        ea = Emitter({**names_of(plan.batch), **names_of(plan.k, "_a"), **names_of(plan.m, f"_r{r}")}, pointers,
+                     masks=masks_w if tile else masks_a, ranges=ranges, storage=storage, shapes=shapes,
+                     prefix=f"ta{r}_")
         a = ea.value(plan.factor_a)
-        loop += ea.lines
+        shape = f"({bn}, {bk})" if tile else f"({bk},)"
+        loop += ea.lines + [f"x{r} = tl.zeros({shape}, dtype=tl.float32) + {a}"]
         if not even_k:
-            a = f"tl.where(k_ok, {a}, 0.0)"
-        loop += [f"acc{r} += w * {a}"]
+            loop += [f"x{r} = tl.where({'k_ok_w' if tile else 'k_ok'}, x{r}, 0.0)"]
+        loop += [f"acc{r} += w * x{r}" + ("" if tile else "[None, :]")]
     k_lo, k_hi = ("0", str(iters)) if split == 1 else (
         f"pid_k * {chunk}", f"pid_k * {chunk} + {chunk}" if iters % chunk == 0
         else f"tl.minimum(pid_k * {chunk} + {chunk}, {iters})")
@@ -141,7 +165,7 @@ def generate_gemv(plan: ContractionPlan, config: Mapping[str, Any], options: Gen
 
     # the rows' sums as one [rows, BLOCK_N] tile, the accumulator of the contraction's epilogue
     if rows == 1:
-        body += [f"acc = tl.reshape(tl.sum(acc0, axis=1), (1, {bn}))"]
+        body += ["acc = tl.sum(acc0, axis=1)[None, :]"]
     else:
         body += [f"row = tl.arange(0, {rows})[:, None]", f"acc = tl.zeros(({rows}, {bn}), dtype=tl.float32)"]
         body += [f"acc = tl.where(row == {r}, tl.sum(acc{r}, axis=1)[None, :], acc)" for r in range(m)]

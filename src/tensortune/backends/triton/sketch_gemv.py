@@ -6,8 +6,10 @@ kernel's own knobs are pinned (one point per matrix-vector configuration) and it
 constraints lifted; BLOCK_N reaches down to 1 and BLOCK_K up to 1024 (wide rows of
 the weight per step), SPLIT_K up to 16. Constraints keep one accumulator tile per row
 within registers (64 float32 values a thread for all rows) and give every thread at
-least one 16-byte load a step. The seeds, measured first, load four 16-byte vectors
-per thread a step and split K until the programs make about two per multiprocessor.
+least one 16-byte load a step. VECTOR_TILE says how each row's slice of the other
+factor is loaded (`gen_gemv.py`). The seeds, measured first, load four 16-byte vectors
+per thread a step and split K until the programs make about two per multiprocessor;
+the first two are also tried with VECTOR_TILE off.
 
 Example:
     >>> from tensortune.te import workloads
@@ -23,14 +25,14 @@ from __future__ import annotations
 from typing import Any
 
 from ...space import Categorical, Config, Ordinal, PowerOfTwo, Space
-from .gen_gemv import GEMV_MAX_ROWS, TILED_ONLY, UNUSED, gemv_applies
+from .gen_gemv import GEMV_MAX_ROWS, GEMV_ONLY, TILED_ONLY, UNUSED, gemv_applies
 from .patterns import ContractionPlan
 from .source import cdiv
 
-__all__ = ["GEMV_MAX_ROWS", "gemv_applies", "gemv_seeds", "with_gemv"]
+__all__ = ["GEMV_MAX_ROWS", "GEMV_ONLY", "gemv_applies", "gemv_seeds", "with_gemv"]
 
 GEMV_SPLITS = [1, 2, 4, 8, 16]
-GEMV_KNOBS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")
+GEMV_KNOBS = ("BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages")  # and VECTOR_TILE, its own
 REGS_PER_THREAD = 64  # float32 accumulator values a thread holds for all rows together
 LOAD_BYTES = 16  # one vector load
 
@@ -64,7 +66,8 @@ def with_gemv(plan: ContractionPlan, params: list[Any], constraints: list[str],
     widened = {"BLOCK_N": PowerOfTwo("BLOCK_N", 1, max(old_n.values)),
                "BLOCK_K": PowerOfTwo("BLOCK_K", 16, max(top_k, max(old_k.values))),
                "SPLIT_K": Ordinal("SPLIT_K", splits)}
-    params = [Categorical("GEMV", [True, False])] + [widened.get(p.name, p) for p in params]
+    params = ([Categorical("GEMV", [True, False])] + [widened.get(p.name, p) for p in params]
+              + [Categorical("VECTOR_TILE", [True, False])])
     tiled = constraints + [f"BLOCK_N >= {min(old_n.values)}", f"BLOCK_K <= {max(old_k.values)}",
                            f"SPLIT_K <= {max(old_split.values)}"]
     unknown = sorted(set(by_name) - set(TILED_ONLY) - set(UNUSED) - set(GEMV_KNOBS))
@@ -77,6 +80,7 @@ def with_gemv(plan: ContractionPlan, params: list[Any], constraints: list[str],
             f"BLOCK_K <= {top_k}",
             f"(SPLIT_K - 1) * BLOCK_K < {k}",  # every share of K holds a step
             f"BLOCK_N <= {max(1, _pow2_at_least(n))}"]
+    tiled.append("not VECTOR_TILE")
     return params, [f"GEMV or ({c})" for c in tiled] + [f"not GEMV or ({c})" for c in gemv]
 
 
@@ -103,12 +107,14 @@ def gemv_seeds(plan: ContractionPlan, space: Space, item: int, sms: int) -> list
         split = 1
         while programs * split < 2 * sms and 2 * split <= cdiv(k, bk) and 2 * split in splits:
             split *= 2
-        cfg = {**fixed, "GEMV": True, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": warps,
-               "num_stages": stages}
+        cfg = {**fixed, "GEMV": True, "VECTOR_TILE": True, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split,
+               "num_warps": warps, "num_stages": stages}
         try:
             c = space.config(cfg)
         except Exception:  # noqa: BLE001 - a rule of thumb outside this shape's space is skipped
             continue
         if space.is_valid(c) and c not in seeds:
             seeds.append(c)
-    return seeds
+    # the first two again with the vector loaded once and broadcast through shared memory
+    vector = [space.config({**c, "VECTOR_TILE": False}) for c in seeds[:2]]
+    return seeds[:2] + vector[:1] + seeds[2:4] + vector[1:] + seeds[4:]

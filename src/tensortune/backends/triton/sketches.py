@@ -44,7 +44,7 @@ from ...space import Categorical, Config, Ordinal, PowerOfTwo, Space
 from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, RowsPlan
 from .patterns_attention import AttentionPlan
 from .patterns_conv import GroupedConvPlan
-from .sketch_gemv import gemv_applies, gemv_seeds, with_gemv
+from .sketch_gemv import GEMV_ONLY, gemv_applies, gemv_seeds, with_gemv
 from .source import GenOptions
 
 H100_SMS = 132
@@ -347,8 +347,7 @@ def _elementwise(plan: ElementwisePlan) -> Sketch:
 
 
 def _add(space: Space, seeds: list[Config], values: dict[str, Any]) -> None:
-    if "GEMV" in space.names:
-        values = {"GEMV": False, **values}
+    values = {**{k: off for k, off in GEMV_ONLY.items() if k in space.names}, **values}  # the tiled kernel
     try:
         cfg = space.config(values)
     except Exception:  # noqa: BLE001 - a rule of thumb outside this shape's space is skipped
