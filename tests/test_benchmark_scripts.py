@@ -193,6 +193,23 @@ def test_gpu_variants_measures_each_listed_configuration_on_the_cpu(tmp_path):
     assert "SCORES_AHEAD=" in done.stdout
 
 
+def test_gemv_benchmark_smoke_runs_in_the_interpreter(tmp_path):
+    """benchmarks/gemv.py --smoke: each shape tuned (GEMV seeds first), checked against torch on
+    fresh inputs and timed beside eager torch; the JSON rows and the table."""
+    pytest.importorskip("triton")
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "gemv.py"), "--smoke", "--shapes",
+               "gate-silu*up,4rows+res", "--out", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = json.loads((tmp_path / "gemv.json").read_text())["rows"]
+    assert set(rows) == {"gate-silu*up", "4rows+res"}
+    for row in rows.values():
+        assert row["correct"] and row["gemv_chosen"] and row["best_gemv"]["measured"] >= 1
+        assert {"tensortune", "cublas"} <= set(row["us"]) and row["errors"]["cublas"] < 1e-2
+    assert "% of HBM bandwidth" in done.stdout
+
+
 def test_gpu_kernels_benchmark_says_it_needs_a_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

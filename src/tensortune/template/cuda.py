@@ -137,7 +137,10 @@ def resolve(schedule: CudaSchedule, sms: int | None = None) -> Resolved:
     if missing and not sk.seeds:
         raise TemplateError(f"the {plan.kind} pattern has no default configuration for these shapes; the template "
                             f"must set {missing}")
-    values = {n: schedule.options[n] if n in schedule.options else sk.seeds[0][n] for n in names}
+    default = dict(sk.seeds[0])
+    if "GEMV" in names and not schedule.options.get("GEMV", False):  # a tiled template: the tiled kernel's defaults
+        default = dict(next((s for s in sk.seeds if not s["GEMV"]), default), GEMV=False, VECTOR_TILE=False)
+    values = {n: schedule.options[n] if n in schedule.options else default[n] for n in names}
     try:
         config = sk.space.config(values)
     except SpaceError as exc:

@@ -15,6 +15,8 @@ accelerator through device-side tensor descriptors, when both factors are plain
 row-major reads; TMA_STORE also stores the output tile through one), EPILOGUE_SPLIT (the
 epilogue applied to two column halves of the accumulator, fewer live registers),
 TAIL_SPLIT (the last wave's tiles split along K, `wave.py`), num_warps and num_stages.
+GEMV (a contraction of at most 8 rows) generates the matrix-vector kernel of `gen_gemv.py`
+instead.
 
 Example:
     >>> from tensortune.te import workloads
@@ -35,6 +37,7 @@ from ...te.dtype import is_float
 from ...te.expr import Cast, Const, Expr, Select, TensorRead
 from ...te.tensor import Tensor
 from .exprgen import TL_TYPES, Emitter
+from .gen_gemv import generate_gemv, tiled_config
 from .patterns import ACC, ContractionPlan
 from .relayout import relayout, relayout_kernel, relayout_targets
 from .wave import WAVE_HELPER, fixup_lines, tail_prologue
@@ -118,7 +121,9 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], options: GenOptions) -> KernelSource:
-    c = _config(config)
+    if config.get("GEMV"):  # a few rows: the matrix-vector kernel (gen_gemv.py)
+        return generate_gemv(plan, config, options)
+    c = _config(tiled_config(config))
     bm, bn, bk, group, split = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["GROUP_M"], c["SPLIT_K"]
     halves, tail = c["EPILOGUE_SPLIT"], c["TAIL_SPLIT"]
     nb, m, n, _ = plan.sizes

@@ -19,7 +19,8 @@ SCORES_AHEAD (the next key block's scores issued before the current softmax) and
 when causal, MASK_SPLIT (blocks below the diagonal looped without the mask) and
 REVERSE_M (the longest query blocks first). A contraction whose last wave of tiles would
 leave most multiprocessors idle may split that wave's tiles along K (TAIL_SPLIT, seeded
-with the split that fills it). A depthwise or grouped convolution chooses BLOCK_P
+with the split that fills it). A contraction of at most 8 rows also offers GEMV, the
+matrix-vector kernel, seeded first (`sketch_gemv.py`). A depthwise or grouped convolution chooses BLOCK_P
 pixels and BLOCK_C channels per program, seeded apart for channels-first and
 channels-last outputs.
 `seeds` are rules-of-thumb points
@@ -43,6 +44,7 @@ from ...space import Categorical, Config, Ordinal, PowerOfTwo, Space
 from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, RowsPlan
 from .patterns_attention import AttentionPlan
 from .patterns_conv import GroupedConvPlan
+from .sketch_gemv import GEMV_ONLY, gemv_applies, gemv_seeds, with_gemv
 from .source import GenOptions
 
 H100_SMS = 132
@@ -128,6 +130,9 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     if tails != [1]:
         constraints += ["TAIL_SPLIT == 1 or (SPLIT_K == 1 and not TMA_STORE)",
                         f"TAIL_SPLIT * BLOCK_K <= {k}"]
+    gemv = gemv_applies(plan)
+    if gemv:  # a few rows: the matrix-vector kernel competes (sketch_gemv.py)
+        params, constraints = with_gemv(plan, params, constraints, item)
     space = Space(params, constraints=constraints)
     tiles = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3),
              (256, 128, 64, 8, 3),
@@ -176,6 +181,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
                             "PERSISTENT": True, "TMA": True, "TMA_STORE": True, "EPILOGUE_SPLIT": 2, "num_warps": 8,
                             "num_stages": 4})
     seeds = first + [c for c in seeds if c not in first]
+    if gemv:
+        seeds = gemv_seeds(plan, space, item, sms)[:6] + seeds[:4]
     return Sketch(plan, space, tuple(seeds[:10]))
 
 
@@ -340,6 +347,7 @@ def _elementwise(plan: ElementwisePlan) -> Sketch:
 
 
 def _add(space: Space, seeds: list[Config], values: dict[str, Any]) -> None:
+    values = {**{k: off for k, off in GEMV_ONLY.items() if k in space.names}, **values}  # the tiled kernel
     try:
         cfg = space.config(values)
     except Exception:  # noqa: BLE001 - a rule of thumb outside this shape's space is skipped
