@@ -43,6 +43,7 @@ from ...space import Categorical, Config, Ordinal, PowerOfTwo, Space
 from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, RowsPlan
 from .patterns_attention import AttentionPlan
 from .patterns_conv import GroupedConvPlan
+from . import streamk
 from .source import GenOptions
 
 H100_SMS = 132
@@ -96,13 +97,14 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     if tiles_128 < sms and k >= 1024:
         split = [1, 2, 4, 8, 16]
     tails = [1, 2, 3, 4, 6, 8] if nb == 1 and tiles_128 >= sms // 2 and k >= 1024 else [1]
+    stream = streamk.offered(nb, m, n, k_inner, sms)
     params = [
         PowerOfTwo("BLOCK_M", 16, top_m),
         PowerOfTwo("BLOCK_N", 16, top_n),
         PowerOfTwo("BLOCK_K", 16, top_k),
         Ordinal("GROUP_M", [1, 4, 8, 16]),
         Ordinal("SPLIT_K", split),
-        Categorical("PERSISTENT", [False, True] if tiles_128 >= sms // 2 else [False]),
+        Categorical("PERSISTENT", [False, True] if tiles_128 >= sms // 2 or stream else [False]),
         Categorical("TMA", [False, True] if tma_operands(plan, options) is not None else [False]),
         Categorical("TMA_STORE", [False, True] if _tma_store_ok(plan, options) else [False]),
         Ordinal("EPILOGUE_SPLIT", [1, 2]),
@@ -111,6 +113,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     ]
     if tails != [1]:
         params.append(Ordinal("TAIL_SPLIT", tails))
+    if stream:
+        params += [Ordinal("STREAM_K", list(streamk.OPTIONS)), Ordinal("SK_PER_SM", [1, 2])]
     relayouts = [True, False] if relayout_targets(plan) else [False]
     if relayouts != [False]:  # a parameter only where it can change something
         params.append(Categorical("RELAYOUT", relayouts))
@@ -128,6 +132,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     if tails != [1]:
         constraints += ["TAIL_SPLIT == 1 or (SPLIT_K == 1 and not TMA_STORE)",
                         f"TAIL_SPLIT * BLOCK_K <= {k}"]
+    if stream:
+        constraints += streamk.constraints(item, SHARED_BYTES, [p.name for p in params])
     space = Space(params, constraints=constraints)
     tiles = ((128, 256, 64, 8, 3), (128, 128, 64, 4, 4), (128, 256, 64, 8, 4), (128, 128, 64, 8, 3),
              (256, 128, 64, 8, 3),
@@ -147,6 +153,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
             cfg["RELAYOUT"] = relayout
         if "TAIL_SPLIT" in space.names:
             cfg["TAIL_SPLIT"] = 1
+        if stream:
+            cfg.update(STREAM_K=0, SK_PER_SM=1)
         if split != [1]:
             want = max(1, min(16, sms // max(1, nb * -(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]))))
             cfg["SPLIT_K"] = max(v for v in split if v <= want)
@@ -162,7 +170,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         seeds = seeds[:2] + tail_seeds[:4] + seeds[2:]
     first: list[Config] = []
     base = {"GROUP_M": 8, "SPLIT_K": 1, "PERSISTENT": False, "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1}
-    base.update({name: value for name, value in (("TAIL_SPLIT", 1), ("RELAYOUT", relayouts[0])) if name in space.names})
+    base.update({name: value for name, value in (("TAIL_SPLIT", 1), ("RELAYOUT", relayouts[0]), ("STREAM_K", 0),
+                                                 ("SK_PER_SM", 1)) if name in space.names})
     if k_inner <= 4096:  # a product of a few waves at most: one mostly full wave of whole tiles, no split-K pass
         for bm, bn, bk, w, s in FILL_TILES:
             bm, bn, bk = min(bm, top_m), min(bn, top_n), min(bk, top_k)
@@ -176,6 +185,12 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
                             "PERSISTENT": True, "TMA": True, "TMA_STORE": True, "EPILOGUE_SPLIT": 2, "num_warps": 8,
                             "num_stages": 4})
     seeds = first + [c for c in seeds if c not in first]
+    if stream:  # the last wave balanced by stream-K, right after the first two tilings
+        balanced: list[Config] = []
+        for cfg in streamk.seeds(base, m, n, k_inner, sms, tma_operands(plan, options) is not None,
+                                 (top_m, top_n, top_k)):
+            _add(space, balanced, cfg)
+        seeds = seeds[:2] + balanced + [c for c in seeds[2:] if c not in balanced]
     return Sketch(plan, space, tuple(seeds[:10]))
 
 
