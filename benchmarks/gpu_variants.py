@@ -116,17 +116,16 @@ STREAM_K_SMOKE = [("smoke-48x32x256", 48, 32, 256), ("smoke-80x48x256", 80, 48, 
 
 
 def _sk(bm: int, bn: int, bk: int, warps: int, stages: int, waves: int, *, per_sm: int = 1, tma: bool = True,
-        store: bool = False, halves: int = 1) -> dict[str, Any]:
+        store: bool = False, halves: int = 2) -> dict[str, Any]:
     return {**_mm(bm, bn, bk, warps, stages, persistent=True, tma=tma, store=store), "EPILOGUE_SPLIT": halves,
             "STREAM_K": waves, "SK_PER_SM": per_sm}
 
 
-STREAM_K_VARIANTS = [_sk(128, 256, 64, 8, 3, 2), _sk(128, 256, 64, 8, 3, 1), _sk(128, 256, 64, 8, 4, 2, store=True,
-                                                                                    halves=2),
+STREAM_K_VARIANTS = [_sk(128, 256, 64, 8, 3, 2), _sk(128, 256, 64, 8, 3, 1), _sk(128, 256, 64, 8, 4, 2, store=True),
                      _sk(128, 128, 64, 4, 4, 2), _sk(128, 128, 64, 4, 3, 2, per_sm=2), _sk(256, 128, 64, 8, 3, 2),
                      _sk(128, 256, 64, 8, 3, 2, tma=False)]
-STREAM_K_SMOKE_VARIANTS = [_sk(16, 16, 16, 2, 2, 1, tma=False), _sk(16, 16, 16, 2, 2, 2, tma=False),
-                           _sk(16, 16, 16, 2, 2, 2, per_sm=2)]
+STREAM_K_SMOKE_VARIANTS = [_sk(16, 16, 16, 2, 2, 1, tma=False, halves=1), _sk(16, 16, 16, 2, 2, 2, tma=False, halves=1),
+                           _sk(16, 32, 16, 2, 2, 2, per_sm=2)]
 
 
 class VariantTuning(gk.SharedTuning):
@@ -219,8 +218,10 @@ def stream_k_table(report: dict[str, Any]) -> str:
     for name, r in report["cases"].items():
         us, x = r["us"], r["vs_cublas"]
         cfg = r.get("stream-k_config") or {}
-        picked = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} w{cfg['num_warps']} s{cfg['num_stages']} "
-                  f"SK={cfg['STREAM_K']}x{cfg['SK_PER_SM']} TMA={int(cfg['TMA'])}/{int(cfg['TMA_STORE'])}") if cfg else "-"
+        picked = "-"
+        if cfg:
+            picked = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} w{cfg['num_warps']} s{cfg['num_stages']} "
+                      f"SK={cfg['STREAM_K']}x{cfg['SK_PER_SM']} TMA={int(cfg['TMA'])}/{int(cfg['TMA_STORE'])}")
         lines.append(f"{name:<24} {r['shape']:<16} {us['cublas']:7.1f}us "
                      + "".join(f"{us[k]:7.1f}us " if k in us else f"{'-':>9} " for k in ("without", "stream-k"))
                      + "".join(f"{x[k]:9.2f} " if k in x else f"{'-':>9} " for k in ("without", "stream-k"))

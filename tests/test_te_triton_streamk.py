@@ -149,6 +149,7 @@ def test_stream_k_is_searched_and_seeded_where_the_last_wave_idles():
     plan = analyze(workloads.matmul(3072, 3072, 3072, "float16").output)
     for c in sample:  # every stream-K point of the space is one the generator accepts
         assert c["PERSISTENT"] and c["SPLIT_K"] == 1 and c["TAIL_SPLIT"] == 1
+        assert c["EPILOGUE_SPLIT"] == 2 or c["BLOCK_M"] * c["BLOCK_N"] <= c["num_warps"] * 32 * 64
         generate(plan, c, GenOptions())
     # whole last waves, a batched product, a K of a few steps: nothing to balance
     for w in (workloads.matmul(4096, 4096, 4096, "float16"), workloads.batch_matmul(4, 1024, 1024, 1024, "float16"),
@@ -182,12 +183,46 @@ def test_search_checks_stream_k_candidates(tmp_path):
         space = search.sketch.space
         assert "STREAM_K" in space.names  # 48x32 on 132 SMs: one tile, a last wave nearly empty
         first = dict(search.sketch.seeds[0])
-        configs = [space.config({**first, "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "PERSISTENT": True,
-                                 "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "SPLIT_K": 1,
-                                 "num_warps": 2, "num_stages": 2, "STREAM_K": w, "SK_PER_SM": per_sm}) for w, per_sm in ((1, 1), (2, 2))]
+        small = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "PERSISTENT": True, "TMA": False, "TMA_STORE": False,
+                 "EPILOGUE_SPLIT": 1, "SPLIT_K": 1, "num_warps": 2, "num_stages": 2}
+        configs = [space.config({**first, **small, "STREAM_K": w, "SK_PER_SM": per_sm})
+                   for w, per_sm in ((1, 1), (2, 2))]
         search.sketch = Sketch(search.plan, space, tuple(configs))
         results = search.tune(2)
     finally:
         search.close()
     assert [r.config["STREAM_K"] for r in results] == [1, 2]
     assert all(r.ok for r in results), [r.message for r in results]
+
+
+@pytest.mark.slow
+def test_seeded_stream_k_kernel_compiles_for_sm90_without_spilling(tmp_path, monkeypatch):
+    """The first stream-K seed of 3072^3 compiled for the H100 (sm_90) here, without a GPU: no
+    local memory (a stack means spilled registers, which made the one-piece epilogue slow)."""
+    import glob
+    import os
+    import re
+    import subprocess
+
+    import triton
+
+    from tensortune.backends.triton.runtime import GeneratedBuilder, Generator
+    from tensortune.space import Config
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    plan = analyze(workloads.matmul(3072, 3072, 3072, "float16").output)
+    seed = next(s for s in sketch(plan).seeds if s["STREAM_K"] > 0)
+    generator = Generator(plan, GenOptions(), str(tmp_path / "kernels"), "sk")
+    cache = tmp_path / "cache"
+    builder = GeneratedBuilder(generator, target=("cuda", 90, 32), jobs=1, max_shared=232448,
+                               env={"TRITON_CACHE_DIR": str(cache)})
+    try:
+        (result,) = list(builder.build([Config(dict(seed))]))
+    finally:
+        builder.close()
+    assert result.ok, result.message
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    (cubin,) = glob.glob(str(cache / "*" / "tt_contraction.cubin"))
+    usage = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True).stdout
+    stack = re.search(r"STACK:(\d+)", usage)
+    assert stack is not None and int(stack.group(1)) == 0, usage

@@ -19,7 +19,9 @@ SCORES_AHEAD (the next key block's scores issued before the current softmax) and
 when causal, MASK_SPLIT (blocks below the diagonal looped without the mask) and
 REVERSE_M (the longest query blocks first). A contraction whose last wave of tiles would
 leave most multiprocessors idle may split that wave's tiles along K (TAIL_SPLIT, seeded
-with the split that fills it). A depthwise or grouped convolution chooses BLOCK_P
+with the split that fills it) or, where a tiling's last wave is under 60% full, share the
+last tiles' K steps out over every program (STREAM_K with SK_PER_SM, `streamk.py`; seeded
+right after the first two tilings). A depthwise or grouped convolution chooses BLOCK_P
 pixels and BLOCK_C channels per program, seeded apart for channels-first and
 channels-last outputs.
 `seeds` are rules-of-thumb points

@@ -6,21 +6,21 @@ persistent kernel runs `T - S` tiles whole (`T - S` a multiple of G) and divides
 most, each crossing tile boundaries where it must (the hybrid of the Stream-K paper).
 `STREAM_K = w` makes S the partial last wave plus `w - 1` full waves: with 1 each program
 gets a share of the remainder tiles alone (cheap when they are few and K is long); with 2
-each gets one to two tiles' worth, so a tile is split among at most three programs.
+each gets one to two tiles' worth, so a tile is split between two programs at most (under
+one wave of tiles both share out every tile).
 
 Fix-up of a tile split among several programs (deterministic, and no program ever waits
 for one that has not started): each program that finishes its part of the tile takes a
-ticket from the tile's arrival counter. Every one but the last stores its float32 partial
-tile to a workspace slot of its own and then counts itself in the tile's ready counter;
-the last waits until the ready counter shows the others' stores (they are already
-running, past their ticket, so the wait is bounded by one store), adds the parts in
-program order, its own registers in its place (the sum is the same whichever program
-is last), resets both counters for the next launch and applies the epilogue once, on
-the whole K sum. The program that last touches a tile is usually the one that started
-it, whose registers hold the tile's first K steps, so one partial store and one load
-per split tile are the usual cost. Atomic adds into the output were not used: they
-would need a float32 output or a second conversion pass, and their order (so the
-result) would change from run to run.
+ticket from the tile's arrival counter. Every one but the last stores its float32
+partial tile to a workspace slot of its own and then counts itself in the tile's ready
+counter; the last waits until the ready counter shows the others' stores (they are
+already running, past their ticket, so the wait is bounded by one store), adds the parts,
+resets both counters for the next launch and applies the epilogue once, on the whole K
+sum. Two parts are added in registers (`a + b == b + a` exactly, so the sum is the same
+whichever program is last); more are all read from the workspace, the last arrival's
+own stored first, and added in program order. One accumulator and one part are live at
+a time. Atomic adds into the output were not used: they would need a float32 output or
+a second conversion pass, and their order (so the result) would change from run to run.
 
 A program's slots: 0 for its first tile, 1 for its last (only those can be partial), so
 the workspace is `2 * G` tiles. The counters live with the module, one set per device
@@ -84,7 +84,7 @@ def fixup_lines(iters: int, bm: int, bn: int, ws: str, counters: str) -> list[st
     """After a segment's K loop: whether the tile is whole here (`done`), else the arrival
     protocol above; the last arrival leaves the tile's full sum in `acc` with `done` true."""
     size = bm * bn
-    return [f"st = pid - dp_tiles",
+    return ["st = pid - dp_tiles",
             f"owner_lo = ((st * {iters} + 1).to(tl.int64) * sk_programs - 1) // sk_iters",
             f"owner_hi = ((st * {iters} + {iters}).to(tl.int64) * sk_programs - 1) // sk_iters",
             "parts = (owner_hi - owner_lo + 1).to(tl.int32)",
@@ -110,7 +110,8 @@ def fixup_lines(iters: int, bm: int, bn: int, ws: str, counters: str) -> list[st
             f"            tl.store({ws} + (pid0 * 2 + slot) * {size} + loc, acc)",
             "            tl.debug_barrier()",
             "            lo = owner_lo.to(tl.int32)",
-            f"            lo_slot = (st != ((owner_lo * sk_iters) // sk_programs).to(tl.int32) // {iters}).to(tl.int32)",
+            f"            lo_first = ((owner_lo * sk_iters) // sk_programs).to(tl.int32) // {iters}",
+            "            lo_slot = (st != lo_first).to(tl.int32)",
             f"            acc = tl.load({ws} + (lo * 2 + lo_slot) * {size} + loc, cache_modifier=\".cg\")",
             "            for q in range(lo + 1, owner_hi.to(tl.int32) + 1):  # the others' first (and only) part",
             f"                acc += tl.load({ws} + (q * 2) * {size} + loc, cache_modifier=\".cg\")",
@@ -149,12 +150,17 @@ def offered(batch: int, m: int, n: int, k_inner: int, sms: int) -> bool:
 
 
 def constraints(item: int, shared: int, names: Sequence[str]) -> list[str]:
-    """STREAM_K runs persistent, alone among the K splits; two programs a multiprocessor only where
-    two fit (shared memory, and the accumulators plus about 40 registers a thread)."""
+    """STREAM_K runs persistent, alone among the K splits, with its epilogue in column halves when
+    the accumulator takes 128 registers a thread (in one piece it spills: compiled for sm_90,
+    255 registers and a 128-208 byte stack, against 176-253 and none in halves); two programs a
+    multiprocessor only where two fit (shared memory, and the accumulators plus about 40
+    registers a thread)."""
     out = ["STREAM_K == 0 or (PERSISTENT and SPLIT_K == 1)",
+           "STREAM_K == 0 or EPILOGUE_SPLIT == 2 or BLOCK_M * BLOCK_N <= num_warps * 32 * 64",
            "STREAM_K > 0 or SK_PER_SM == 1",
-           f"SK_PER_SM == 1 or (2 * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * {item} * num_stages <= {shared} "
-           "and 2 * (BLOCK_M * BLOCK_N + num_warps * 32 * 40) <= 65536)"]
+           f"SK_PER_SM == 1 or (2 * ((BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * {item} * num_stages + TMA_STORE * "
+           f"BLOCK_M * BLOCK_N * {item} // EPILOGUE_SPLIT) <= {shared} and 2 * (BLOCK_M * BLOCK_N + num_warps * 32 * 40) "
+           "<= 65536)"]
     if "TAIL_SPLIT" in names:
         out.append("STREAM_K == 0 or TAIL_SPLIT == 1")
     return out
@@ -174,6 +180,6 @@ def seeds(base: dict, m: int, n: int, k_inner: int, sms: int, tma: bool, top: tu
                 (c["BLOCK_M"], c["BLOCK_N"], c["STREAM_K"]) == (bm, bn, waves) for c in out):
             continue
         out.append({**base, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages,
-                    "PERSISTENT": True, "TMA": tma, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "SPLIT_K": 1,
+                    "PERSISTENT": True, "TMA": tma, "TMA_STORE": False, "EPILOGUE_SPLIT": 2, "SPLIT_K": 1,
                     "STREAM_K": waves, "SK_PER_SM": 1})
     return out
