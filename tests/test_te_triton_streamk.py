@@ -226,3 +226,17 @@ def test_seeded_stream_k_kernel_compiles_for_sm90_without_spilling(tmp_path, mon
     usage = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True, check=True).stdout
     stack = re.search(r"STACK:(\d+)", usage)
     assert stack is not None and int(stack.group(1)) == 0, usage
+
+
+def test_a_fixup_that_never_sees_its_parts_gives_nan_not_a_hang(interpreter, tmp_path):
+    """Were a part never counted ready, the last arrival stops polling after SPIN_LIMIT polls
+    (here cut to 8) and writes the tile as NaN, which the check reports, instead of hanging."""
+    import dataclasses
+
+    out = workloads.matmul(48, 32, 96, "float16").output
+    src = generate(analyze(out), {**TILE, "STREAM_K": 1}, GenOptions(interpret=True))
+    signal = '                tl.atomic_add(p_scnt + 2 * st + 1, 1, sem="release")\n'
+    assert signal in src.text and str(streamk.SPIN_LIMIT) in src.text
+    text = src.text.replace(signal, "").replace(str(streamk.SPIN_LIMIT), "8")
+    err = interpreter.call(source_error, out, dataclasses.replace(src, text=text), directory=str(tmp_path))
+    assert err == float("inf")

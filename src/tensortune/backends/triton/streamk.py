@@ -14,7 +14,9 @@ for one that has not started): each program that finishes its part of the tile t
 ticket from the tile's arrival counter. Every one but the last stores its float32
 partial tile to a workspace slot of its own and then counts itself in the tile's ready
 counter; the last waits until the ready counter shows the others' stores (they are
-already running, past their ticket, so the wait is bounded by one store), adds the parts,
+already running, past their ticket, so the wait is bounded by one store; should it ever
+pass `SPIN_LIMIT` polls the tile is written as NaN, which the check catches, rather than
+hanging the GPU), adds the parts,
 resets both counters for the next launch and applies the epilogue once, on the whole K
 sum. Two parts are added in registers (`a + b == b + a` exactly, so the sum is the same
 whichever program is last); more are all read from the workspace, the last arrival's
@@ -38,6 +40,7 @@ from collections.abc import Sequence
 
 OPTIONS = (0, 1, 2)  # STREAM_K: off, the remainder tiles' steps shared, the remainder plus one full wave
 LAST_WAVE_FILL = 0.6  # offered where some tiling's last wave is less full than this
+SPIN_LIMIT = 1 << 22  # polls of a ready counter (about a second) before the tile is given up as NaN
 
 
 def plan_sizes(tiles: int, iters: int, slots: int, waves: int) -> tuple[int, int, int]:
@@ -98,8 +101,10 @@ def fixup_lines(iters: int, bm: int, bn: int, ws: str, counters: str) -> list[st
             "        tl.debug_barrier()",
             f"        tl.atomic_add({counters} + 2 * st + 1, 1, sem=\"release\")",
             "    else:",
-            f"        while tl.atomic_add({counters} + 2 * st + 1, 0, sem=\"acquire\") < parts - 1:",
-            "            pass",
+            "        spins = 0",
+            f"        ready = {counters} + 2 * st + 1",
+            f"        while (tl.atomic_add(ready, 0, sem=\"acquire\") < parts - 1) & (spins < {SPIN_LIMIT}):",
+            "            spins += 1",
             "        if parts == 2:  # a + b == b + a: the same sum whichever of the two is last",
             "            q = owner_lo.to(tl.int32) + owner_hi.to(tl.int32) - pid0",
             f"            q_first = ((tl.cast(q, tl.int64) * sk_iters) // sk_programs).to(tl.int32) // {iters}",
@@ -115,6 +120,8 @@ def fixup_lines(iters: int, bm: int, bn: int, ws: str, counters: str) -> list[st
             f"            acc = tl.load({ws} + (lo * 2 + lo_slot) * {size} + loc, cache_modifier=\".cg\")",
             "            for q in range(lo + 1, owner_hi.to(tl.int32) + 1):  # the others' first (and only) part",
             f"                acc += tl.load({ws} + (q * 2) * {size} + loc, cache_modifier=\".cg\")",
+            f"        if spins >= {SPIN_LIMIT}:  # never expected: a tile of NaN for the check, not a hung GPU",
+            "            acc = acc * float(\"nan\")",
             f"        tl.atomic_xchg({counters} + 2 * st, 0)",
             f"        tl.atomic_xchg({counters} + 2 * st + 1, 0)",
             "        done = ticket >= 0"]
@@ -159,8 +166,8 @@ def constraints(item: int, shared: int, names: Sequence[str]) -> list[str]:
            "STREAM_K == 0 or EPILOGUE_SPLIT == 2 or BLOCK_M * BLOCK_N <= num_warps * 32 * 64",
            "STREAM_K > 0 or SK_PER_SM == 1",
            f"SK_PER_SM == 1 or (2 * ((BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * {item} * num_stages + TMA_STORE * "
-           f"BLOCK_M * BLOCK_N * {item} // EPILOGUE_SPLIT) <= {shared} and 2 * (BLOCK_M * BLOCK_N + num_warps * 32 * 40) "
-           "<= 65536)"]
+           f"BLOCK_M * BLOCK_N * {item} // EPILOGUE_SPLIT) <= {shared} "
+           "and 2 * (BLOCK_M * BLOCK_N + num_warps * 32 * 40) <= 65536)"]
     if "TAIL_SPLIT" in names:
         out.append("STREAM_K == 0 or TAIL_SPLIT == 1")
     return out
