@@ -240,3 +240,16 @@ def test_a_fixup_that_never_sees_its_parts_gives_nan_not_a_hang(interpreter, tmp
     text = src.text.replace(signal, "").replace(str(streamk.SPIN_LIMIT), "8")
     err = interpreter.call(source_error, out, dataclasses.replace(src, text=text), directory=str(tmp_path))
     assert err == float("inf")
+
+
+def test_stream_k_steps_a_convolution_window(interpreter, tmp_path):
+    """An implicit-GEMM convolution: K is 9 window positions of one channel block each, and the
+    shared ranges start and stop in the middle of the window."""
+    out = workloads.conv2d_nchw(2, 16, 8, 8, 16, 3, 3, 1, 1, "float16").output
+    plan = analyze(out)
+    config = {**TILE, "BLOCK_N": 64, "STREAM_K": 1}
+    assert plan.sizes == (1, 16, 128, 144) and len(plan.window) == 2
+    dp, sk, programs = streamk.plan_sizes(2, 9, SMS, 1)  # 1 x 2 tiles of 9 steps on 4 programs
+    assert (dp, sk, programs) == (0, 2, 4)
+    assert "while sk_at < sk_end:" in generate(plan, config, GenOptions(interpret=True)).text
+    assert interpreter.call(relative_error, out, config, directory=str(tmp_path)) < 1e-2
