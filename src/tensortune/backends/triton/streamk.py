@@ -158,7 +158,7 @@ def offered(batch: int, m: int, n: int, k_inner: int, sms: int) -> bool:
 def constraints(item: int, shared: int, names: Sequence[str]) -> list[str]:
     """STREAM_K runs persistent, alone among the K splits, with its epilogue in column halves when
     the accumulator takes 128 registers a thread (in one piece it spills: compiled for sm_90,
-    255 registers and a 128-208 byte stack, against 176-253 and none in halves); two programs a
+    255 registers and a 128-208 byte stack, against 168-255 and none in halves); two programs a
     multiprocessor only where two fit (shared memory, and the accumulators plus about 40
     registers a thread)."""
     out = ["STREAM_K == 0 or (PERSISTENT and SPLIT_K == 1)",
