@@ -244,9 +244,15 @@ def stream_k_main(args: argparse.Namespace) -> int:
                               "machine": "interpreter" if args.smoke else torch.cuda.get_device_name(),
                               "versions": {"torch": torch.__version__, "triton": triton.__version__}, "cases": {}}
     path = Path(args.out) / "gpu_streamk.json"
+    shapes = STREAM_K_SMOKE if args.smoke else STREAM_K_CASES
+    wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = set(wanted) - {s[0] for s in shapes}
+    if unknown:
+        print(f"unknown cases {sorted(unknown)}; known: {[s[0] for s in shapes]}", file=sys.stderr)
+        return 2
     tuning = VariantTuning(args)
     try:
-        for name, m, n, k in STREAM_K_SMOKE if args.smoke else STREAM_K_CASES:
+        for name, m, n, k in [s for s in shapes if not wanted or s[0] in wanted]:
             if args.deadline and time.perf_counter() - START > args.deadline:
                 report.setdefault("skipped", []).append(name)
                 continue
