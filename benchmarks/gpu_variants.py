@@ -14,6 +14,15 @@ Usage (on a CUDA machine, from the repository root):
   PYTHONPATH=src python benchmarks/gpu_variants.py --cases attn-fp16,square-1024 --out $OUT
 Smoke test on the CPU (the quick cases, their first seeds, Triton's interpreter):
   PYTHONPATH=src python benchmarks/gpu_variants.py --quick --out /tmp/gv
+
+`--stream-k` measures, for each matmul of `STREAM_K_CASES` (the sweep's shapes under 0.95x
+cuBLAS and two shapes no setting was chosen on), the sketch's first seeds without stream-K
+and the `STREAM_K_VARIANTS` with it, checks each, then times the fastest of each kind beside
+cuBLAS in interleaved rounds (fresh inputs, both checked again against the float32
+reference); a table and `<out>/gpu_streamk.json`. `--smoke` runs it on tiny shapes in
+Triton's interpreter (times mean nothing):
+  PYTHONPATH=src python benchmarks/gpu_variants.py --stream-k --out $OUT --deadline 200
+  PYTHONPATH=src python benchmarks/gpu_variants.py --stream-k --smoke --out /tmp/gsk
 """
 
 from __future__ import annotations
@@ -98,6 +107,27 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
 }
 
 
+# (name, M, N, K): 3072^3 and the sweep's shapes under 0.95x cuBLAS, then two shapes nobody tuned on
+STREAM_K_CASES = [("square-3072", 3072, 3072, 3072), ("square-2304", 2304, 2304, 2304),
+                  ("square-1024", 1024, 1024, 1024), ("skinny-128", 128, 8192, 8192),
+                  ("short-k", 8192, 8192, 256), ("untuned-2560", 2560, 2560, 2560),
+                  ("untuned-2048x5120x5120", 2048, 5120, 5120)]
+STREAM_K_SMOKE = [("smoke-48x32x256", 48, 32, 256), ("smoke-80x48x256", 80, 48, 256)]
+
+
+def _sk(bm: int, bn: int, bk: int, warps: int, stages: int, waves: int, *, per_sm: int = 1, tma: bool = True,
+        store: bool = False, halves: int = 2) -> dict[str, Any]:
+    return {**_mm(bm, bn, bk, warps, stages, persistent=True, tma=tma, store=store), "EPILOGUE_SPLIT": halves,
+            "STREAM_K": waves, "SK_PER_SM": per_sm}
+
+
+STREAM_K_VARIANTS = [_sk(128, 256, 64, 8, 3, 2), _sk(128, 256, 64, 8, 3, 1), _sk(128, 256, 64, 8, 4, 2, store=True),
+                     _sk(128, 128, 64, 4, 4, 2), _sk(128, 128, 64, 4, 3, 2, per_sm=2), _sk(256, 128, 64, 8, 3, 2),
+                     _sk(128, 256, 64, 8, 3, 2, tma=False)]
+STREAM_K_SMOKE_VARIANTS = [_sk(16, 16, 16, 2, 2, 1, tma=False, halves=1), _sk(16, 16, 16, 2, 2, 2, tma=False, halves=1),
+                           _sk(16, 32, 16, 2, 2, 2, per_sm=2)]
+
+
 class VariantTuning(gk.SharedTuning):
     """Measures the listed configurations of a workload instead of searching."""
 
@@ -137,6 +167,112 @@ class VariantTuning(gk.SharedTuning):
             search.close()
 
 
+def stream_k_row(case: Any, tuning: VariantTuning, timer: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """One shape: the seeds without stream-K and the variants with it measured, then the fastest
+    of each kind and cuBLAS checked on fresh inputs and timed in interleaved rounds."""
+    import statistics
+
+    import torch
+
+    from tensortune.backends.triton import GenOptions, analyze, sketch
+    from tensortune.backends.triton.kernel import CudaKernel
+    from tensortune.space import Config
+
+    output, flops = case.make()
+    sms = 132 if args.smoke else torch.cuda.get_device_properties(0).multi_processor_count
+    seeds = sketch(analyze(output), GenOptions(interpret=args.smoke), sms).seeds
+    plain = [dict(c) for c in seeds if not c.get("STREAM_K")][:args.plain_seeds]
+    tuning.variants = plain + (STREAM_K_SMOKE_VARIANTS if args.smoke else STREAM_K_VARIANTS)
+    best, _ = tuning.kernel(output, len(tuning.variants), case.half)
+    plan, generator = best.plan, best.generator
+    row: dict[str, Any] = {"workload": case.name, "shape": case.shape, "flops": flops, "variants": tuning.measured,
+                           "outside_space": tuning.skipped}
+    kernels: dict[str, Any] = {}
+    for label, stream in (("without", False), ("stream-k", True)):
+        ok = [v for v in tuning.measured if v["us"] is not None and bool(v["config"].get("STREAM_K")) == stream]
+        if ok:
+            best = min(ok, key=lambda v: v["us"])
+            row[f"{label}_config"] = best["config"]
+            kernels[label] = CudaKernel(plan, Config(best["config"]), generator)
+    device = "cpu" if args.smoke else "cuda"
+    given = gk.inputs(output, device, seed=args.seed + 1)
+    want = gk.reference(case, given)
+    impls = {label: (lambda k=k: k(*(given[n] for n in k.input_names))) for label, k in kernels.items()}
+    impls["cublas"] = lambda: case.reference(given)
+    row["errors"] = {label: gk.rel_error(fn(), want) for label, fn in impls.items()}
+    row["correct"] = all(e <= 1e-2 for e in row["errors"].values())
+    times: dict[str, list[float]] = {label: [] for label in impls}
+    for _ in range(args.rounds):
+        for label, fn in impls.items():
+            times[label].append(statistics.median(timer.time(fn)) * 1e6)
+    row["us"] = {label: statistics.median(ts) for label, ts in times.items()}
+    row["rounds_us"] = times
+    row["vs_cublas"] = {label: row["us"]["cublas"] / us for label, us in row["us"].items() if label != "cublas"}
+    return row
+
+
+def stream_k_table(report: dict[str, Any]) -> str:
+    head = (f"{'workload':<24} {'shape':<16} {'cuBLAS':>9} {'without':>9} {'stream-K':>9} {'x without':>9} "
+            f"{'x stream-K':>10}  check  stream-K config")
+    lines = [head, "-" * len(head)]
+    for name, r in report["cases"].items():
+        us, x = r["us"], r["vs_cublas"]
+        cfg = r.get("stream-k_config") or {}
+        picked = "-"
+        if cfg:
+            picked = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']} w{cfg['num_warps']} s{cfg['num_stages']} "
+                      f"SK={cfg['STREAM_K']}x{cfg['SK_PER_SM']} TMA={int(cfg['TMA'])}/{int(cfg['TMA_STORE'])}")
+        lines.append(f"{name:<24} {r['shape']:<16} {us['cublas']:7.1f}us "
+                     + "".join(f"{us[k]:7.1f}us " if k in us else f"{'-':>9} " for k in ("without", "stream-k"))
+                     + "".join(f"{x[k]:9.2f} " if k in x else f"{'-':>9} " for k in ("without", "stream-k"))
+                     + f"  {'ok' if r['correct'] else 'WRONG'}  {picked}")
+    lines.append(f"{report.get('seconds', 0)} s; skipped {report.get('skipped', 'none')}; "
+                 f"failed {sorted(report.get('failed', {})) or 'none'}; x > 1: faster than cuBLAS")
+    return "\n".join(lines)
+
+
+def stream_k_main(args: argparse.Namespace) -> int:
+    import torch
+    import triton
+
+    from tensortune.measure.cuda_timer import CudaTimer
+
+    timer = (CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, max_repeats=1,
+                       estimate_repeats=1, flush_l2=False) if args.smoke
+             else CudaTimer(budget_seconds=0.2, warmup_seconds=0.03, min_repeats=10, max_repeats=1000))
+    report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv),
+                              "machine": "interpreter" if args.smoke else torch.cuda.get_device_name(),
+                              "versions": {"torch": torch.__version__, "triton": triton.__version__}, "cases": {}}
+    path = Path(args.out) / "gpu_streamk.json"
+    shapes = STREAM_K_SMOKE if args.smoke else STREAM_K_CASES
+    wanted = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = set(wanted) - {s[0] for s in shapes}
+    if unknown:
+        print(f"unknown cases {sorted(unknown)}; known: {[s[0] for s in shapes]}", file=sys.stderr)
+        return 2
+    tuning = VariantTuning(args)
+    try:
+        for name, m, n, k in [s for s in shapes if not wanted or s[0] in wanted]:
+            if args.deadline and time.perf_counter() - START > args.deadline:
+                report.setdefault("skipped", []).append(name)
+                continue
+            try:
+                row = stream_k_row(gk.matmul_case(name, m, n, k), tuning, timer, args)
+                report["cases"][name] = row
+                print(f"[{name}] " + ", ".join(f"{k} {v:.1f}us" for k, v in row["us"].items())
+                      + f" ({'ok' if row['correct'] else 'WRONG'})", flush=True)
+            except Exception as exc:  # noqa: BLE001 - one shape's failure is recorded, the others go on
+                report.setdefault("failed", {})[name] = f"{type(exc).__name__}: {exc}"
+                print(f"[{name}] FAILED: {type(exc).__name__}: {exc}", flush=True)
+            report["seconds"] = round(time.perf_counter() - START, 1)
+            path.write_text(json.dumps(report, indent=1, default=str))
+    finally:
+        tuning.close()
+    print(summary(report))
+    print(stream_k_table(report))
+    return 1 if report.get("failed") or any(not r["correct"] for r in report["cases"].values()) else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=os.environ.get("OUT", "bench-out/gpu_variants"))
@@ -147,7 +283,11 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="the quick cases under TRITON_INTERPRET=1 on the CPU")
+    parser.add_argument("--stream-k", action="store_true", help="matmuls with and without stream-K beside cuBLAS")
+    parser.add_argument("--smoke", action="store_true", help="with --stream-k: tiny shapes in Triton's interpreter")
+    parser.add_argument("--plain-seeds", type=int, default=3, help="with --stream-k: seeds measured without it")
     args = parser.parse_args()
+    args.quick = args.quick or args.smoke
     if args.quick:
         os.environ["TRITON_INTERPRET"] = "1"
         args.rounds = 1
@@ -163,6 +303,8 @@ def main() -> int:
     if not args.quick and not torch.cuda.is_available():
         print("gpu_variants.py needs a CUDA GPU; --quick runs it in Triton's interpreter", file=sys.stderr)
         return 2
+    if args.stream_k:
+        return stream_k_main(args)
     cases = {c.name: c for c in gk.suite(args.quick)}
     names = [n.strip() for n in args.cases.split(",") if n.strip()] or (list(cases) if args.quick else list(VARIANTS))
     unknown = [n for n in names if n not in cases]

@@ -210,6 +210,22 @@ def test_gemv_benchmark_smoke_runs_in_the_interpreter(tmp_path):
     assert "% of HBM bandwidth" in done.stdout
 
 
+def test_gpu_variants_stream_k_smoke_runs_on_the_cpu(tmp_path):
+    """benchmarks/gpu_variants.py --stream-k --smoke on one tiny matmul: the seeds without stream-K
+    and the stream-K variants measured, the fastest of each kind checked and timed beside torch."""
+    pytest.importorskip("triton")
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "gpu_variants.py"), "--stream-k", "--smoke",
+               "--cases", "smoke-48x32x256", "--plain-seeds", "1", "--out", str(tmp_path)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (row,) = json.loads((tmp_path / "gpu_streamk.json").read_text())["cases"].values()
+    assert row["correct"] and set(row["us"]) == {"without", "stream-k", "cublas"}
+    assert row["stream-k_config"]["STREAM_K"] > 0 and not row["without_config"].get("STREAM_K")
+    assert sum(1 for v in row["variants"] if v["us"] and v["config"]["STREAM_K"]) == 3
+    assert "x stream-K" in done.stdout
+
+
 def test_gpu_kernels_benchmark_says_it_needs_a_gpu(tmp_path):
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

@@ -1,4 +1,4 @@
-"""The grouped-convolution kernels and the tail-split matmul compile for Hopper (sm_90) without a GPU.
+"""The grouped-convolution kernels and the tail-split and stream-K matmuls compile for Hopper (sm_90) without a GPU.
 
 The interpreter runs the kernels' arithmetic but not Triton's compiler: a branch whose
 two sides yield different types, a scalar where a block is needed or a shared-memory
@@ -41,6 +41,9 @@ CASES = [
     ("tail-split-epilogue", lambda: workloads.matmul_bias_relu(2304, 2304, 2304, "float16").output,
      {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "TAIL_SPLIT": 3, "EPILOGUE_SPLIT": 2,
       "num_warps": 8, "num_stages": 3}),
+    ("stream-k-epilogue", lambda: workloads.matmul_bias_relu(2304, 2304, 2304, "float16").output,
+     {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "PERSISTENT": True, "STREAM_K": 1,
+      "SK_PER_SM": 2, "EPILOGUE_SPLIT": 2, "num_warps": 4, "num_stages": 3}),
 ]
 
 

@@ -14,9 +14,10 @@ per SM looping over tiles), TMA (operand tiles loaded by Hopper's tensor memory
 accelerator through device-side tensor descriptors, when both factors are plain
 row-major reads; TMA_STORE also stores the output tile through one), EPILOGUE_SPLIT (the
 epilogue applied to two column halves of the accumulator, fewer live registers),
-TAIL_SPLIT (the last wave's tiles split along K, `wave.py`), num_warps and num_stages.
-GEMV (a contraction of at most 8 rows) generates the matrix-vector kernel of `gen_gemv.py`
-instead.
+TAIL_SPLIT (the last wave's tiles split along K, `wave.py`), STREAM_K with SK_PER_SM (a
+persistent kernel whose last tiles' K steps are shared out evenly over all its programs,
+`streamk.py`), num_warps and num_stages. GEMV (a contraction of at most 8 rows) generates
+the matrix-vector kernel of `gen_gemv.py` instead.
 
 Example:
     >>> from tensortune.te import workloads
@@ -40,6 +41,7 @@ from .exprgen import TL_TYPES, Emitter
 from .gen_gemv import generate_gemv, tiled_config
 from .patterns import ACC, ContractionPlan
 from .relayout import relayout, relayout_kernel, relayout_targets
+from . import streamk
 from .wave import WAVE_HELPER, fixup_lines, tail_prologue
 from .source import (ALLOCATOR_HELPER, NUM_SMS_HELPER, CodegenError, GenOptions, KernelSource, cdiv, decompose,
                      indent, kernel_args, module_text, names_of, ranges_of, shapes_of)
@@ -100,7 +102,7 @@ def tma_operands(plan: ContractionPlan, options: GenOptions) -> tuple[TensorRead
 def _config(config: Mapping[str, Any]) -> dict[str, Any]:
     c = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 1, "SPLIT_K": 1, "PERSISTENT": False,
          "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "RELAYOUT": False, "TAIL_SPLIT": 1,
-         "num_warps": 4, "num_stages": 3}
+         "STREAM_K": 0, "SK_PER_SM": 1, "num_warps": 4, "num_stages": 3}
     unknown = set(config) - set(c)
     if unknown:
         raise CodegenError(f"unknown contraction parameter(s) {sorted(unknown)}; known: {sorted(c)}")
@@ -117,6 +119,11 @@ def _config(config: Mapping[str, Any]) -> dict[str, Any]:
         raise CodegenError(f"TAIL_SPLIT={c['TAIL_SPLIT']!r} must be a positive integer")
     if c["TAIL_SPLIT"] > 1 and (c["SPLIT_K"] > 1 or c["TMA_STORE"]):
         raise CodegenError("TAIL_SPLIT > 1 is not combined with SPLIT_K or TMA_STORE")
+    if c["STREAM_K"] not in streamk.OPTIONS or c["SK_PER_SM"] not in (1, 2, 3, 4):
+        raise CodegenError(f"STREAM_K={c['STREAM_K']!r} must be one of {streamk.OPTIONS} and "
+                           f"SK_PER_SM={c['SK_PER_SM']!r} 1 to 4")
+    if c["STREAM_K"] and (not c["PERSISTENT"] or c["SPLIT_K"] > 1 or c["TAIL_SPLIT"] > 1):
+        raise CodegenError("STREAM_K > 0 needs PERSISTENT and is not combined with SPLIT_K or TAIL_SPLIT")
     return c
 
 
@@ -127,8 +134,9 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
     bm, bn, bk, group, split = c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["GROUP_M"], c["SPLIT_K"]
     halves, tail = c["EPILOGUE_SPLIT"], c["TAIL_SPLIT"]
     nb, m, n, _ = plan.sizes
-    if tail > 1 and nb > 1:
-        raise CodegenError("TAIL_SPLIT > 1 needs a contraction without batch axes")
+    stream = c["STREAM_K"]
+    if (tail > 1 or stream) and nb > 1:
+        raise CodegenError("TAIL_SPLIT > 1 and STREAM_K need a contraction without batch axes")
     if nb > 65535 and not c["PERSISTENT"]:
         raise CodegenError(f"{nb} batch entries exceed the launch grid's second dimension; use PERSISTENT")
     if halves not in (1, 2) or (halves == 2 and (bn < 32 or split > 1)):
@@ -236,6 +244,7 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
     else:
         k_lo = f"pid_k * {chunk}"
         k_hi = f"pid_k * {chunk} + {chunk}" if iters % chunk == 0 else f"tl.minimum(pid_k * {chunk} + {chunk}, {iters})"
+    head = list(tile)
     tile += [f"acc = tl.zeros(({bm}, {bn}), dtype=tl.float32)",
              f"for it in range({k_lo}, {k_hi}):", *indent(loop, 1)]
 
@@ -245,8 +254,9 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
         tile += ["if done:", *indent(_epilogue(plan, pointers, storage, ranges, shapes, out_arg, bm, bn, m, n, even_m,
                                                even_n, halves, tma_store), 1)]
     elif split == 1:
-        tile += _epilogue(plan, pointers, storage, ranges, shapes, out_arg, bm, bn, m, n, even_m, even_n,
-                          halves, tma_store)
+        epilogue = _epilogue(plan, pointers, storage, ranges, shapes, out_arg, bm, bn, m, n, even_m, even_n,
+                             halves, tma_store)
+        tile += epilogue
     else:
         store_mask = [p for p, even in ((f"(rm < {m})[:, None]", even_m), (f"(rn < {n})[None, :]", even_n))
                       if not even]
@@ -269,9 +279,15 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
                                f"strides=[{n}, 1], block_shape=[{bm}, {bn // halves}])")
     rl_params = [f"p_rl{i}" for i in range(len(copies))]
     params = ", ".join([a.pointer for a in args] + rl_params + (["p_ws"] if split > 1 else [])
-                       + (["p_tws", "p_tcnt", "dp_tiles"] if tail > 1 else []))
+                       + (["p_tws", "p_tcnt", "dp_tiles"] if tail > 1 else [])
+                       + (["p_sws", "p_scnt", "dp_tiles", "sk_iters", "sk_programs"] if stream else []))
     body: list[str] = list(descriptors)
-    if c["PERSISTENT"] and tail > 1:
+    if stream:
+        k_loop = [f"acc = tl.zeros(({bm}, {bn}), dtype=tl.float32)", "for it in range(k_lo, k_hi):",
+                  *indent(loop, 1)]
+        body += streamk.drive(iters, head, k_loop, streamk.fixup_lines(iters, bm, bn, "p_sws", "p_scnt"), epilogue,
+                              tile)
+    elif c["PERSISTENT"] and tail > 1:
         body += [f"for pid0 in tl.range(tl.program_id(0), dp_tiles + ({tiles} - dp_tiles) * {tail}, "
                  "tl.num_programs(0)):",
                  *indent(["pid_b = 0", *tail_prologue(tail, iters), *tile], 1)]
@@ -286,6 +302,8 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
             body += ["pid_k = tl.program_id(2)"]
         body += tile
     jit = '@triton.jit(do_not_specialize=["dp_tiles"])' if tail > 1 else "@triton.jit"
+    if stream:
+        jit = '@triton.jit(do_not_specialize=["dp_tiles", "sk_iters", "sk_programs"])'
     kernels = [jit + "\n" + f"def tt_contraction({params}):\n" + "\n".join(indent(body, 1))]
     names = ["tt_contraction"]
     opts = f"num_warps={c['num_warps']}, num_stages={c['num_stages']}"
@@ -302,11 +320,15 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
                    f"tt_relayout{i}[{grid}]({src}, rl{i}, num_warps=4, num_stages=1)"]
         pre += [f"rl{i} = {src}"]  # precompile gets dtypes: the copy has its source's
         warm_rl.append(f"tt_relayout{i}.warmup({src}, {src}, grid=(1,), num_warps=4, num_stages=1)")
-    if c["PERSISTENT"] and tail == 1:
+    if c["PERSISTENT"] and tail == 1 and not stream:
         launch += [f"grid = (min({tiles * nb}, _num_sms({out_arg.pointer})),)"]
-    elif tail == 1:
+    elif tail == 1 and not stream:
         launch += [f"grid = ({tiles}, {nb}, {split})"]
-    if tail > 1:
+    if stream:
+        launch += streamk.launch_lines(tiles, iters, c["SK_PER_SM"], bm, bn, stream, out_arg.pointer, call_args, opts)
+        pre += [f"return [tt_contraction.warmup({call_args}, torch.float32, torch.int32, 0, 0, 1, grid=(1,), {opts})"
+                + "".join(f", {w}" for w in warm_rl) + "]"]
+    elif tail > 1:
         compiled = f"lambda: tt_contraction.warmup({call_args}, torch.float32, torch.int32, 0, grid=(1,), {opts})"
         work = f"dp_tiles + ({tiles} - dp_tiles) * {tail}"
         if c["PERSISTENT"]:
@@ -336,7 +358,7 @@ def generate_contraction(plan: ContractionPlan, config: Mapping[str, Any], optio
         pre += [f"return [tt_contraction.warmup({call_args}, grid=(1,), {opts})" + "".join(f", {w}" for w in warm_rl)
                 + "]"]
     helpers = ((NUM_SMS_HELPER if c["PERSISTENT"] else []) + (ALLOCATOR_HELPER if tma else [])
-               + (WAVE_HELPER if tail > 1 else []))
+               + (WAVE_HELPER if tail > 1 or stream else []))
     text = module_text(plan, c, kernels, launch, pre, args, helpers)
     return KernelSource(text, tuple(a.name for a in args), tuple(a.dtype for a in args), tuple(names), c)
 

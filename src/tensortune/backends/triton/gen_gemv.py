@@ -50,7 +50,7 @@ GEMV_MAX_ROWS = 8
 
 # the tiled kernel's knobs, which a matrix-vector configuration leaves at these values
 TILED_ONLY = {"PERSISTENT": False, "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1, "RELAYOUT": False,
-              "TAIL_SPLIT": 1}
+              "TAIL_SPLIT": 1, "STREAM_K": 0, "SK_PER_SM": 1}
 # knobs a matrix-vector configuration takes but does not use (the sketch pins them too)
 UNUSED = {"BLOCK_M": 16, "GROUP_M": 1}
 # the matrix-vector kernel's own knobs, with the values a tiled configuration has

@@ -19,7 +19,9 @@ SCORES_AHEAD (the next key block's scores issued before the current softmax) and
 when causal, MASK_SPLIT (blocks below the diagonal looped without the mask) and
 REVERSE_M (the longest query blocks first). A contraction whose last wave of tiles would
 leave most multiprocessors idle may split that wave's tiles along K (TAIL_SPLIT, seeded
-with the split that fills it). A contraction of at most 8 rows also offers GEMV, the
+with the split that fills it) or, where a tiling's last wave is under 60% full, share the
+last tiles' K steps out over every program (STREAM_K with SK_PER_SM, `streamk.py`; seeded
+right after the first two tilings). A contraction of at most 8 rows also offers GEMV, the
 matrix-vector kernel, seeded first (`sketch_gemv.py`). A depthwise or grouped convolution chooses BLOCK_P
 pixels and BLOCK_C channels per program, seeded apart for channels-first and
 channels-last outputs.
@@ -45,6 +47,7 @@ from .patterns import ContractionPlan, ElementwisePlan, GpuPlan, RowsPlan
 from .patterns_attention import AttentionPlan
 from .patterns_conv import GroupedConvPlan
 from .sketch_gemv import GEMV_ONLY, gemv_applies, gemv_seeds, with_gemv
+from . import streamk
 from .source import GenOptions
 
 H100_SMS = 132
@@ -98,13 +101,14 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     if tiles_128 < sms and k >= 1024:
         split = [1, 2, 4, 8, 16]
     tails = [1, 2, 3, 4, 6, 8] if nb == 1 and tiles_128 >= sms // 2 and k >= 1024 else [1]
+    stream = streamk.offered(nb, m, n, k_inner, sms)
     params = [
         PowerOfTwo("BLOCK_M", 16, top_m),
         PowerOfTwo("BLOCK_N", 16, top_n),
         PowerOfTwo("BLOCK_K", 16, top_k),
         Ordinal("GROUP_M", [1, 4, 8, 16]),
         Ordinal("SPLIT_K", split),
-        Categorical("PERSISTENT", [False, True] if tiles_128 >= sms // 2 else [False]),
+        Categorical("PERSISTENT", [False, True] if tiles_128 >= sms // 2 or stream else [False]),
         Categorical("TMA", [False, True] if tma_operands(plan, options) is not None else [False]),
         Categorical("TMA_STORE", [False, True] if _tma_store_ok(plan, options) else [False]),
         Ordinal("EPILOGUE_SPLIT", [1, 2]),
@@ -113,6 +117,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     ]
     if tails != [1]:
         params.append(Ordinal("TAIL_SPLIT", tails))
+    if stream:
+        params += [Ordinal("STREAM_K", list(streamk.OPTIONS)), Ordinal("SK_PER_SM", [1, 2])]
     relayouts = [True, False] if relayout_targets(plan) else [False]
     if relayouts != [False]:  # a parameter only where it can change something
         params.append(Categorical("RELAYOUT", relayouts))
@@ -130,6 +136,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
     if tails != [1]:
         constraints += ["TAIL_SPLIT == 1 or (SPLIT_K == 1 and not TMA_STORE)",
                         f"TAIL_SPLIT * BLOCK_K <= {k}"]
+    if stream:
+        constraints += streamk.constraints(item, SHARED_BYTES, [p.name for p in params])
     gemv = gemv_applies(plan)
     if gemv:  # a few rows: the matrix-vector kernel competes (sketch_gemv.py)
         params, constraints = with_gemv(plan, params, constraints, item)
@@ -152,6 +160,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
             cfg["RELAYOUT"] = relayout
         if "TAIL_SPLIT" in space.names:
             cfg["TAIL_SPLIT"] = 1
+        if stream:
+            cfg.update(STREAM_K=0, SK_PER_SM=1)
         if split != [1]:
             want = max(1, min(16, sms // max(1, nb * -(-m // cfg["BLOCK_M"]) * -(-n // cfg["BLOCK_N"]))))
             cfg["SPLIT_K"] = max(v for v in split if v <= want)
@@ -167,7 +177,8 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         seeds = seeds[:2] + tail_seeds[:4] + seeds[2:]
     first: list[Config] = []
     base = {"GROUP_M": 8, "SPLIT_K": 1, "PERSISTENT": False, "TMA": False, "TMA_STORE": False, "EPILOGUE_SPLIT": 1}
-    base.update({name: value for name, value in (("TAIL_SPLIT", 1), ("RELAYOUT", relayouts[0])) if name in space.names})
+    base.update({name: value for name, value in (("TAIL_SPLIT", 1), ("RELAYOUT", relayouts[0]), ("STREAM_K", 0),
+                                                 ("SK_PER_SM", 1)) if name in space.names})
     if k_inner <= 4096:  # a product of a few waves at most: one mostly full wave of whole tiles, no split-K pass
         for bm, bn, bk, w, s in FILL_TILES:
             bm, bn, bk = min(bm, top_m), min(bn, top_n), min(bk, top_k)
@@ -181,6 +192,12 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
                             "PERSISTENT": True, "TMA": True, "TMA_STORE": True, "EPILOGUE_SPLIT": 2, "num_warps": 8,
                             "num_stages": 4})
     seeds = first + [c for c in seeds if c not in first]
+    if stream:  # the last wave balanced by stream-K, right after the first two tilings
+        balanced: list[Config] = []
+        for cfg in streamk.seeds(base, m, n, k_inner, sms, tma_operands(plan, options) is not None,
+                                 (top_m, top_n, top_k)):
+            _add(space, balanced, cfg)
+        seeds = seeds[:2] + balanced + [c for c in seeds[2:] if c not in balanced]
     if gemv:
         seeds = gemv_seeds(plan, space, item, sms)[:6] + seeds[:4]
     return Sketch(plan, space, tuple(seeds[:10]))
