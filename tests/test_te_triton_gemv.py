@@ -236,6 +236,6 @@ def test_a_new_knob_of_the_tiled_kernel_must_say_its_gemv_value():
     from tensortune.space import Categorical
 
     plan = analyze(workloads.matmul(1, 64, 64, "float16", "NT").output)
-    params = [p for p in sketch(plan).space.params if p.name != "GEMV"] + [Categorical("STREAM_K", [False, True])]
-    with pytest.raises(ValueError, match="STREAM_K"):
+    params = [p for p in sketch(plan).space.params if p.name != "GEMV"] + [Categorical("WARP_SPECIALIZE", [False, True])]
+    with pytest.raises(ValueError, match="WARP_SPECIALIZE"):
         with_gemv(plan, params, [], 2)
