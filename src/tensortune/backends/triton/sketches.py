@@ -20,8 +20,8 @@ when causal, MASK_SPLIT (blocks below the diagonal looped without the mask) and
 REVERSE_M (the longest query blocks first). A contraction whose last wave of tiles would
 leave most multiprocessors idle may split that wave's tiles along K (TAIL_SPLIT, seeded
 with the split that fills it) or, where a tiling's last wave is under 60% full, share the
-last tiles' K steps out over every program (STREAM_K with SK_PER_SM, `streamk.py`; seeded
-right after the first two tilings). A contraction of at most 8 rows also offers GEMV, the
+last tiles' K steps out over every program (STREAM_K with SK_PER_SM, `streamk.py`; searched,
+not seeded: SEED_STREAM_K). A contraction of at most 8 rows also offers GEMV, the
 matrix-vector kernel, seeded first (`sketch_gemv.py`). A depthwise or grouped convolution chooses BLOCK_P
 pixels and BLOCK_C channels per program, seeded apart for channels-first and
 channels-last outputs.
@@ -192,7 +192,7 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
                             "PERSISTENT": True, "TMA": True, "TMA_STORE": True, "EPILOGUE_SPLIT": 2, "num_warps": 8,
                             "num_stages": 4})
     seeds = first + [c for c in seeds if c not in first]
-    if stream:  # the last wave balanced by stream-K, right after the first two tilings
+    if stream and SEED_STREAM_K:  # the last wave balanced by stream-K, right after the first two tilings
         balanced: list[Config] = []
         for cfg in streamk.seeds(base, m, n, k_inner, sms, tma_operands(plan, options) is not None,
                                  (top_m, top_n, top_k)):
@@ -202,6 +202,11 @@ def _contraction(plan: ContractionPlan, options: GenOptions, sms: int) -> Sketch
         seeds = gemv_seeds(plan, space, item, sms)[:6] + seeds[:4]
     return Sketch(plan, space, tuple(seeds[:10]))
 
+
+# Stream-K stays in the space but is not seeded: on the H100 it was slower than the best
+# seed without it on every shape measured (docs/benchmarks/gpu_kernels.md, 0.32-0.76x cuBLAS
+# against 0.79-0.98x), so its seeds would cost a task's first trials.
+SEED_STREAM_K = False
 
 # tiles that can make one wave: deep pipelines with one program per SM, or shallow ones with three
 FILL_TILES = ((128, 128, 64, 4, 5), (64, 128, 64, 4, 5), (128, 64, 64, 4, 5), (128, 128, 64, 4, 2), (64, 64, 64, 4, 4))
