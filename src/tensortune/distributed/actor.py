@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -98,6 +99,21 @@ class MeasureActor:
             self.runners[key] = (runner if runner is not None else recipe.make(self.index), recipe)
         self.runners.move_to_end(key)
         return self.runners[key]
+
+    def prepare(self, key: str, recipe_box: list[Any]) -> dict[str, Any]:
+        """Make the task's runner and start its worker (`warm_up()`, where the runner has
+        one) before any candidate arrives: sent to every actor when a run starts, so the
+        actors start their workers at once and in parallel with the run's first builds.
+        A failure is left for the first candidate to meet (and record)."""
+        started = time.time()
+        try:
+            runner, _ = self._runner(key, recipe_box)
+            warm_up = getattr(runner, "warm_up", None)
+            if warm_up is not None:
+                warm_up()
+        except Exception as exc:  # noqa: BLE001 - the first candidate meets it again, recorded
+            return {"started": started, "seconds": time.time() - started, "error": f"{type(exc).__name__}: {exc}"}
+        return {"started": started, "seconds": time.time() - started, "error": ""}
 
     def measure(self, key: str, recipe_box: list[Any], build: BuildResult) -> list[MeasureResult]:
         """The results of one built candidate (amendments of earlier ones may follow it)."""
