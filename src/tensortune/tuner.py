@@ -174,8 +174,9 @@ class Tuner:
 
     Each result is handed to a `RecordWriter` (a thread that commits at once when idle,
     and in one transaction whatever arrived during its previous commit) and to the
-    callbacks; the batch is committed before the strategy is told of it, before the next
-    batch is asked for and before `run` returns.
+    callbacks; results are committed before the strategy is told of them, before more
+    candidates are asked for and before `run` returns. An executor that streams (Ray)
+    asks for more candidates as its slots free up instead of at each batch's end.
 
     `executor`: where each batch is built and measured: "local" (the builder's processes,
     then the runner's worker; the default), "ray" (Ray tasks and actors on the cluster at

@@ -4,7 +4,10 @@ The driver (the process running the `Tuner`) keeps the search strategy, the cost
 and the records database; it sends each candidate's build to a Ray task on a node of the
 target, hands each finished build to a measuring actor of that target (one per GPU or CPU
 socket, each with its isolated worker, `depth` candidates queued at a time), and yields
-every result the moment `ray.wait` returns it, so the tuner records it at once.
+every result the moment `ray.wait` returns it, so the tuner records it at once. When a
+run starts, every actor starts the run's worker at once (`MeasureActor.prepare`), while
+the first builds compile; with `more`, the run's batch is a window kept full, new
+candidates asked for as results come back, so no slot waits for a batch's slowest one.
 
 Faults: a build task whose node dies is run again by Ray elsewhere; a measuring actor
 whose node dies (or that stops answering) has its in-flight candidates returned as
