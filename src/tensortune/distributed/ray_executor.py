@@ -363,6 +363,9 @@ class RayExecutor:
                     out.extend(ray.get(ref, timeout=60))
                 except ray.exceptions.RayError:
                     pass  # a lost actor: its worker went with it
+            with pool.lock:  # the run has ended: the next run's runner may take its workers
+                for slot in pool.ready_slots():
+                    slot.actor.release.remote(entry[1])
         return tuple(out)
 
     def close(self) -> None:
