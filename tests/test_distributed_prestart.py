@@ -50,6 +50,11 @@ def _note_worker(folder: str, n: int) -> int:
     return n
 
 
+def _pause(n: int) -> int:
+    time.sleep(0.3)
+    return n
+
+
 def _sleepy(n: int) -> int:
     if n == 0:
         time.sleep(2.0)
@@ -63,6 +68,17 @@ def ray_executor(ray_cluster):
     executor.close()
 
 
+def warm(executor):
+    """Runs until both of the cluster's measuring actors have measured: they start with
+    the executor's first run, and a node an earlier test added back may still be starting."""
+    quick = Timer(warmup_seconds=0, min_repeats=1, budget_seconds=0)
+    for k in range(10):
+        result = run(Space({"n": [1, 2, 3, 4]}), CallableRunner(_pause, quick), executor, budget=4, name=f"warm{k}")
+        if len({r.extra["ray_actor"] for r in result.history}) == 2:
+            return
+    pytest.fail("the cluster's two measuring actors never both measured")
+
+
 def run(space, runner, executor, budget, builder=None, **kw):
     return Tuner(space, runner, builder=builder, workload=Workload.make(kw.pop("name", "f")),
                  target=Target.cpu(), db=Database(":memory:"), strategy=kw.pop("strategy", "exhaustive"),
@@ -73,9 +89,9 @@ def run(space, runner, executor, budget, builder=None, **kw):
 def test_each_actor_starts_the_runs_worker_when_the_run_starts(ray_executor, tmp_path):
     """With every build taking 6 s, each measuring actor's worker for the run has started
     within 3 s of the run's start: before any candidate could reach it. (The actors
-    themselves are started by a first run, as they are kept across an executor's runs.)"""
+    themselves are started by earlier runs, as they are kept across an executor's runs.)"""
     quick = Timer(warmup_seconds=0, min_repeats=1, budget_seconds=0)
-    run(Space({"n": [1, 2, 3, 4]}), CallableRunner(_sleepy, quick), ray_executor, budget=4, name="warm")
+    warm(ray_executor)
     runner = IsolatedCallableRunner(functools.partial(_note_worker, str(tmp_path)), quick, timeout=60)
     try:
         start = time.time()
@@ -85,7 +101,7 @@ def test_each_actor_starts_the_runs_worker_when_the_run_starts(ray_executor, tmp
     assert result.trials == 4 and all(r.ok for r in result.history)
     actors = {r.extra["ray_actor"] for r in result.history}
     started = [float(p.read_text()) for p in tmp_path.glob("*.started")]
-    assert len(started) == len(actors) == 2  # one worker per actor, each kept for the whole run
+    assert len(started) == len(actors)  # one worker per actor that measured, kept for the whole run
     assert all(s - start < BUILD_SECONDS / 2 for s in started), [round(s - start, 2) for s in started]
 
 
@@ -93,11 +109,11 @@ def test_each_actor_starts_the_runs_worker_when_the_run_starts(ray_executor, tmp
 def test_a_slow_candidate_does_not_hold_back_the_others(ray_executor):
     """One candidate measures for seconds; the others are asked for and measured on the
     other actor meanwhile, in windows of two: with a barrier at each batch's end, the
-    slow one's result would come second, here most of the run comes before it. (A first
-    run starts both actors, so that neither queues candidates behind the slow one.)"""
+    slow one's result would come second, here most of the run comes before it. (Earlier
+    runs start both actors, so that neither queues candidates behind the slow one.)"""
     seen = []
     quick = Timer(warmup_seconds=0, min_repeats=1, budget_seconds=0)
-    run(Space({"n": [1, 2, 3, 4]}), CallableRunner(_sleepy, quick), ray_executor, budget=4, name="warm")
+    warm(ray_executor)
     result = run(Space({"n": list(range(10))}), CallableRunner(_sleepy, quick), ray_executor, budget=10,
                  batch_size=2, callbacks=[seen.append])
     order = [r.config["n"] for r in seen]
