@@ -253,6 +253,7 @@ class Tuner:
         retry: list[Config] = []  # failed by the environment: measured again in a later batch
         pending: set[Config] = set()  # handed to the executor, no result yet
         told: list[MeasureResult] = []  # results the strategy has not heard of yet
+        proposed: list[Config] = []  # asked of the strategy, not handed to the executor yet
         tries: dict[Config, int] = {}
         streak = 0  # environment failures in a row
         stopped = ""
@@ -276,13 +277,18 @@ class Tuner:
                             writer.flush()
                         self.strategy.tell(told)
                         told.clear()
-                    if self.budget.trials is not None:
-                        n = min(n, self.budget.trials - charged - len(pending))
+                    room = math.inf if self.budget.trials is None else self.budget.trials - charged - len(pending)
+                    n = int(min(n, room))
                     if n <= 0:
                         return []
                     configs, retry = retry[:n], retry[n:]
-                    if len(configs) < n:
-                        configs += self.strategy.ask(n - len(configs))
+                    if len(configs) < n and not proposed:
+                        # the strategy is asked for whole batches, handed out as slots free up, so
+                        # that a seeded search proposes the same candidates however the slots free up
+                        proposed.extend(self.strategy.ask(int(min(batch, room - len(configs)))))
+                    taken = proposed[:n - len(configs)]
+                    del proposed[:len(taken)]
+                    configs += taken
                     pending.update(configs)
                     return configs
 
