@@ -36,6 +36,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -286,4 +287,5 @@ def _cuda() -> bool:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # under `timeout`: stop the cluster, keep the JSON
     main()

@@ -305,3 +305,36 @@ def test_an_actor_past_its_kept_runners_hands_a_gpu_worker_to_the_next_task(monk
         assert a.ok and b.error is ErrorKind.WRONG_RESULT  # checked against its own task's reference
     finally:
         measurer.shutdown()
+
+
+def test_the_next_runs_runner_takes_the_worker_of_a_run_that_has_ended():
+    """A runner released at the end of its run (`RayExecutor.late_results`) hands its
+    worker to the next task's runner when that one is prepared, well before the actor's
+    kept-runner limit; a runner whose run goes on keeps its own worker."""
+    from tensortune.distributed.actor import MeasureActor
+    from tensortune.measure import BuildResult
+    from tensortune.measure.gpu import GpuRunner, GpuTask, TensorArg
+    from tensortune.space import Config
+
+    timer = CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
+
+    def recipe(n):
+        task = GpuTask("tensortune.measure.gpu.fakes:launch", (TensorArg((n,)), TensorArg((n,), output=True)),
+                       reference="tensortune.measure.gpu.fakes:reference", device="cpu", timer=timer)
+        return GpuRunner(task, timeout=60).remote_runner()
+
+    measurer = MeasureActor(interpreter_target(), 0)
+    try:
+        (a,) = measurer.measure("a", [recipe(64)], BuildResult(Config(fault="none")))
+        first = measurer.runners["a"][0]
+        pid = first._slots[0].worker._proc.pid
+        assert measurer.prepare("b", [recipe(96)])["error"] == ""  # "a" still running: "b" gets its own
+        assert measurer.runners["b"][0] is not first and measurer.runners["b"][0]._slots[0].worker.pid != pid
+        measurer.release("a")
+        assert measurer.prepare("c", [recipe(128)])["error"] == ""
+        assert list(measurer.runners) == ["b", "c"] and measurer.runners["c"][0] is first
+        assert first._slots[0].worker.pid == pid and first._slots[0].ready  # started, for its new task
+        (c,) = measurer.measure("c", [recipe(128)], BuildResult(Config(fault="wrong")))
+        assert a.ok and c.error is ErrorKind.WRONG_RESULT and first.task.args[0].shape == (128,)
+    finally:
+        measurer.shutdown()

@@ -187,3 +187,55 @@ def test_runtime_failures_always_use_up_trials():
 def test_free_rejections_validation():
     with pytest.raises(ValueError, match="free_rejections"):
         Budget(trials=3, free_rejections=-1)
+
+
+class _StreamingExecutor:
+    """Measures one candidate at a time and asks for more after each result, in
+    uneven amounts, like an executor whose slots free up at odd moments (`streams`)."""
+
+    name = "streaming"
+    streams = True
+
+    def __init__(self) -> None:
+        self.asks: list[int] = []
+
+    def parallelism(self, builder, target=None):
+        return 16
+
+    def measure(self, builder, runner, configs, target=None, more=None):
+        queue = list(configs)
+        step = 0
+        while queue:
+            config = queue.pop(0)
+            yield MeasureResult(config, (float(sum(config.values()) + 1),))
+            step += 1
+            if more is not None:
+                self.asks.append(1 + step % 3)
+                queue += more(1 + step % 3)
+
+    def late_results(self, runner):
+        return ()
+
+    def close(self):
+        pass
+
+
+class _BatchExecutor(_StreamingExecutor):
+    streams = False
+
+
+def test_a_streaming_executor_measures_the_same_seeded_candidates_within_the_budget():
+    """Asked for more as slots free up, in uneven amounts, the tuner still proposes what a
+    batch-by-batch run proposes (a seeded search, the same candidates), records every
+    result, and never exceeds the budget with candidates in flight."""
+    space = Space({"a": list(range(8)), "b": list(range(5)), "c": list(range(6))})
+    runs = {}
+    for name, executor in (("batch", _BatchExecutor()), ("stream", _StreamingExecutor())):
+        db = Database(":memory:")
+        tuner = Tuner(space, runner=None, workload=Workload.make("f"), target=Target.make("cpu", "x"), db=db,
+                      strategy="random", seed=3, budget=40, progress=False, executor=executor)
+        result = tuner.run()
+        assert result.trials == 40 and len(db.records(tuner.workload, tuner.target)) == 40
+        runs[name] = [r.config for r in result.history]
+    assert len(executor.asks) > 5  # the streaming run was asked for more many times
+    assert set(runs["stream"]) == set(runs["batch"])

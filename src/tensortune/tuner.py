@@ -174,8 +174,9 @@ class Tuner:
 
     Each result is handed to a `RecordWriter` (a thread that commits at once when idle,
     and in one transaction whatever arrived during its previous commit) and to the
-    callbacks; the batch is committed before the strategy is told of it, before the next
-    batch is asked for and before `run` returns.
+    callbacks; results are committed before the strategy is told of them, before more
+    candidates are asked for and before `run` returns. An executor that streams (Ray)
+    asks for more candidates as its slots free up instead of at each batch's end.
 
     `executor`: where each batch is built and measured: "local" (the builder's processes,
     then the runner's worker; the default), "ray" (Ray tasks and actors on the cluster at
@@ -250,6 +251,9 @@ class Tuner:
         best = best_of(prior)
         status = "interrupted"
         retry: list[Config] = []  # failed by the environment: measured again in a later batch
+        pending: set[Config] = set()  # handed to the executor, no result yet
+        told: list[MeasureResult] = []  # results the strategy has not heard of yet
+        proposed: list[Config] = []  # asked of the strategy, not handed to the executor yet
         tries: dict[Config, int] = {}
         streak = 0  # environment failures in a row
         stopped = ""
@@ -260,20 +264,49 @@ class Tuner:
                 if best:
                     bar.update(best.time, advance=0)
                 batch = self.batch_size or self.executor.parallelism(self.builder, self.target)
-                while not stopped and not self._exhausted(charged, start):
-                    n = batch
-                    if self.budget.trials is not None:
-                        n = min(n, self.budget.trials - charged)
+
+                def ask(n: int) -> list[Config]:
+                    """Up to `n` candidates (those to measure again first), within the trials
+                    left once the ones in flight are counted; the strategy first hears of every
+                    result so far, each recorded before it does."""
+                    nonlocal retry
+                    if stopped or self._out_of_time(start):
+                        return []
+                    if told:
+                        if writer is not None:
+                            writer.flush()
+                        self.strategy.tell(told)
+                        told.clear()
+                    room = math.inf if self.budget.trials is None else self.budget.trials - charged - len(pending)
+                    n = int(min(n, room))
+                    if n <= 0:
+                        return []
                     configs, retry = retry[:n], retry[n:]
-                    if len(configs) < n:
-                        configs += self.strategy.ask(n - len(configs))
+                    if len(configs) < n and not proposed:
+                        # the strategy is asked for whole batches, handed out as slots free up, so
+                        # that a seeded search proposes the same candidates however the slots free up
+                        proposed.extend(self.strategy.ask(int(min(batch, room - len(configs)))))
+                    taken = proposed[:n - len(configs)]
+                    del proposed[:len(taken)]
+                    configs += taken
+                    pending.update(configs)
+                    return configs
+
+                # an executor that streams asks for more as its slots free up (no batch barrier)
+                more = ask if getattr(self.executor, "streams", False) else None
+                while not stopped and not self._exhausted(charged, start):
+                    configs = ask(batch)
                     if not configs:
                         break
-                    told = []
-                    for result in self.executor.measure(self.builder, self.runner, configs, self.target):
+                    measure = (self.executor.measure(self.builder, self.runner, configs, self.target, more=more)
+                               if more is not None else
+                               self.executor.measure(self.builder, self.runner, configs, self.target))
+                    for result in measure:
                         if writer is not None:
                             writer.add(result)  # committed by the writer's thread at once, or with the next group
                         new.append(result)
+                        if not result.amends:
+                            pending.discard(result.config)
                         if result.amends:  # an earlier success turned out to crash its worker
                             told.append(result)
                             best = best_of(tuple(prior) + tuple(new))
@@ -303,6 +336,8 @@ class Tuner:
                     if writer is not None:
                         writer.flush()  # durable before the strategy hears of the batch and the next is asked for
                     self.strategy.tell(told)
+                    told.clear()
+                    pending.clear()  # a run left early (out of time) took its candidates with it
                 late = self.executor.late_results(self.runner)
                 for result in late:  # amendments that showed only after the last candidate
                     if writer is not None:

@@ -314,6 +314,10 @@ class SketchRunner:
     def worker(self) -> IsolatedWorker:
         return self.runs.worker
 
+    def warm_up(self) -> None:
+        """Start the worker now rather than at the first candidate."""
+        self.runs.warm_up()
+
     def late_results(self) -> tuple[MeasureResult, ...]:
         """At the end of a run: amendments for a worker that died just after its last
         candidate returned (what that candidate left running)."""

@@ -1,12 +1,12 @@
 """What runs on the Ray nodes: build tasks and measuring actors.
 
 A `MeasureActor` owns one measurement slot of its node (a GPU, or a CPU socket) and the
-runners measuring there, each with its isolated worker (up to `KEPT_RUNNERS`; past that,
-the least recently used is closed, or its worker takes the new task where the recipe can
-`adopt` it); it measures one candidate per call, so a lost actor loses at most the calls
-sent to it. It checks on start that its
-node is the target it was placed for (a mislabelled node would record another machine's
-times under this one's name).
+runners measuring there, each with its isolated worker, made and started when a run
+starts (`prepare`). A new task's runner takes the worker of a runner whose run has ended
+(`release`) where the recipe can `adopt` it; past `KEPT_RUNNERS`, the least recently
+used is closed, or adopted. It measures one candidate per call, so a lost actor loses at
+most the calls sent to it. It checks on start that its node is the target it was placed
+for (a mislabelled node would record another machine's times under this one's name).
 
 Example (on a node, through `RayExecutor`; here the plain class):
     >>> from tensortune.db import Target
@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -73,6 +74,7 @@ class MeasureActor:
         self.index = index
         self.node = _node_id()
         self.runners: OrderedDict[str, tuple[Any, RemoteRunner]] = OrderedDict()
+        self.finished: set[str] = set()  # runners whose run has ended (`release`): the first to be adopted
 
     def ready(self) -> dict[str, Any]:
         return {"index": self.index, "host": socket.gethostname(), "pid": os.getpid(), "node": self.node,
@@ -89,15 +91,50 @@ class MeasureActor:
             if not isinstance(recipe, RemoteRunner):  # an object reference: fetched once per actor
                 import ray
                 recipe = ray.get(recipe)
-            runner = None
-            if len(self.runners) >= KEPT_RUNNERS:  # the least recently used goes; its worker may stay
+            runner = self._adopt_finished(recipe)
+            if runner is None and len(self.runners) >= KEPT_RUNNERS:  # the least recently used goes
                 _, (old, _) = self.runners.popitem(last=False)
                 runner = recipe.adopt(old) if recipe.adopt is not None else None
                 if runner is None:
                     _close(old)
             self.runners[key] = (runner if runner is not None else recipe.make(self.index), recipe)
+        self.finished.discard(key)
         self.runners.move_to_end(key)
         return self.runners[key]
+
+    def _adopt_finished(self, recipe: RemoteRunner) -> Any:
+        """A runner of a run that has ended, given the new task where the recipe can take
+        it (its worker kept: no new process, no new CUDA context), else None."""
+        if recipe.adopt is None:
+            return None
+        for key in [k for k in self.runners if k in self.finished]:  # least recently used first
+            runner = recipe.adopt(self.runners[key][0])
+            if runner is not None:
+                del self.runners[key]
+                self.finished.discard(key)
+                return runner
+        return None
+
+    def release(self, key: str) -> None:
+        """The run measuring with this runner has ended: the next task's runner may take its
+        worker (the runner is kept until then, for that run's late results)."""
+        if key in self.runners:
+            self.finished.add(key)
+
+    def prepare(self, key: str, recipe_box: list[Any]) -> dict[str, Any]:
+        """Make the task's runner and start its worker (`warm_up()`, where the runner has
+        one) before any candidate arrives: sent to every actor when a run starts, so the
+        actors start their workers at once and in parallel with the run's first builds.
+        A failure is left for the first candidate to meet (and record)."""
+        started = time.time()
+        try:
+            runner, _ = self._runner(key, recipe_box)
+            warm_up = getattr(runner, "warm_up", None)
+            if warm_up is not None:
+                warm_up()
+        except Exception as exc:  # noqa: BLE001 - the first candidate meets it again, recorded
+            return {"started": started, "seconds": time.time() - started, "error": f"{type(exc).__name__}: {exc}"}
+        return {"started": started, "seconds": time.time() - started, "error": ""}
 
     def measure(self, key: str, recipe_box: list[Any], build: BuildResult) -> list[MeasureResult]:
         """The results of one built candidate (amendments of earlier ones may follow it)."""
@@ -123,6 +160,7 @@ class MeasureActor:
         return list(getattr(runner, "late_results", tuple)())
 
     def forget(self, key: str) -> None:
+        self.finished.discard(key)
         entry = self.runners.pop(key, None)
         if entry is not None:
             _close(entry[0])
@@ -131,6 +169,7 @@ class MeasureActor:
         for runner, _ in self.runners.values():
             _close(runner)
         self.runners.clear()
+        self.finished.clear()
 
 
 def _node_id() -> str:

@@ -31,6 +31,7 @@ class Slot:
     ready: bool = False
     inflight: int = 0
     since: float = field(default_factory=time.monotonic)
+    prepared: set[str] = field(default_factory=set)  # runner keys sent to the actor's `prepare`
 
 
 class ActorPool:

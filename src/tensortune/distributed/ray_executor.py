@@ -4,7 +4,10 @@ The driver (the process running the `Tuner`) keeps the search strategy, the cost
 and the records database; it sends each candidate's build to a Ray task on a node of the
 target, hands each finished build to a measuring actor of that target (one per GPU or CPU
 socket, each with its isolated worker, `depth` candidates queued at a time), and yields
-every result the moment `ray.wait` returns it, so the tuner records it at once.
+every result the moment `ray.wait` returns it, so the tuner records it at once. When a
+run starts, every actor starts the run's worker at once (`MeasureActor.prepare`), while
+the first builds compile; with `more`, the run's batch is a window kept full, new
+candidates asked for as results come back, so no slot waits for a batch's slowest one.
 
 Faults: a build task whose node dies is run again by Ray elsewhere; a measuring actor
 whose node dies (or that stops answering) has its in-flight candidates returned as
@@ -27,7 +30,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ..db import Target
@@ -180,30 +183,67 @@ class RayExecutor:
         slots = sum(n["Resources"].get(measure_resource(target), 0) for n in nodes_of(target, self.connect().nodes()))
         return 2 * max(1, self._build_slots(target)) + self.depth * int(slots)
 
-    def measure(self, builder: Any, runner: Any, configs: Sequence[Config],
-                target: Target | None = None) -> Iterator[MeasureResult]:
+    streams = True  # measure() takes `more`: candidates are asked for as slots free up
+
+    def measure(self, builder: Any, runner: Any, configs: Sequence[Config], target: Target | None = None,
+                more: Callable[[int], Sequence[Config]] | None = None) -> Iterator[MeasureResult]:
+        """Build and measure `configs`, yielding each result as it arrives. With `more`,
+        the batch is a window kept full: whenever a slot's worth of it has come back,
+        `more(k)` is asked for up to `k` further candidates (an empty answer: none now),
+        so no slot waits for the slowest candidate of a batch."""
         recipe_build = remote_build_of(builder)
         recipe_run = remote_runner_of(runner)
         pool = self._pool(target)
         key, recipe_ref = self._key(runner, recipe_run)
-        return self._measure(pool, recipe_build, recipe_run, key, recipe_ref, list(dict.fromkeys(configs)))
+        with pool.lock:
+            self._prepare(pool, key, recipe_ref)
+        return self._measure(pool, recipe_build, recipe_run, key, recipe_ref, list(dict.fromkeys(configs)), more)
+
+    def _prepare(self, pool: ActorPool, key: str, recipe_ref: Any) -> None:
+        """Have every actor (started or starting) make this runner and start its worker now,
+        in parallel, ahead of the candidates queued behind it on the actor (called with
+        `pool.lock` held)."""
+        for slot in list(pool.slots.values()):
+            if key not in slot.prepared:
+                slot.prepared.add(key)
+                slot.actor.prepare.remote(key, [recipe_ref])  # its answer is not needed: a failure recurs
 
     def _measure(self, pool: ActorPool, recipe_build: RemoteBuild, recipe_run: RemoteRunner, key: str,
-                 recipe_ref: Any, configs: list[Config]) -> Iterator[MeasureResult]:
+                 recipe_ref: Any, configs: list[Config],
+                 more: Callable[[int], Sequence[Config]] | None) -> Iterator[MeasureResult]:
         ray = self._ray
         options: dict[str, Any] = {"num_cpus": self.build_cpus}
         if recipe_build.native:
             options["resources"] = {target_resource(pool.target): 1}
-        # a build queued behind others waits for them: its deadline counts the waves before it
-        now, slots = time.monotonic(), max(1, self._build_slots(pool.target))
-        builds = {self._remote["build"].options(**options).remote(recipe_build.build, c):
-                  (c, now + recipe_build.timeout * (1 + k // slots + 1)) for k, c in enumerate(configs)}
+        slots = max(1, self._build_slots(pool.target))
+        builds: dict[Any, tuple[Config, float]] = {}
         ready: deque[BuildResult] = deque()
         calls: dict[Any, tuple[Slot, BuildResult, float]] = {}
+
+        def submit(new: Sequence[Config]) -> None:
+            # a build queued behind others waits for them: its deadline counts the waves before it
+            now, taken = time.monotonic(), {c for c, _ in builds.values()} | {b.config for b in ready} | {
+                b.config for _, b, _ in calls.values()}
+            for c in dict.fromkeys(new):
+                if c not in taken:
+                    k = len(builds)
+                    builds[self._remote["build"].options(**options).remote(recipe_build.build, c)] = \
+                        (c, now + recipe_build.timeout * (1 + k // slots + 1))
+
+        submit(configs)
+        window = len(configs)
+        low = window - max(1, min(slots, window // 2))  # refill once a build slot's worth has come back
+        answered = False  # a result arrived since `more` was last asked
         try:
-            while builds or ready or calls:
+            while True:
+                if more is not None and answered and len(builds) + len(ready) + len(calls) <= low:
+                    answered = False
+                    submit(more(window - len(builds) - len(ready) - len(calls)))
+                if not (builds or ready or calls):
+                    break
                 with pool.lock:
                     pool.refresh()
+                    self._prepare(pool, key, recipe_ref)  # actors started since (replacing lost ones)
                     while ready and (slot := pool.free(self.depth)) is not None:
                         b = ready.popleft()
                         ref = slot.actor.measure.remote(key, [recipe_ref], b)
@@ -212,6 +252,7 @@ class RayExecutor:
                     hopeless = bool(ready) and not calls and pool.hopeless()
                     starting = list(pool.pending)
                 if hopeless:
+                    answered = True
                     while ready:
                         b = ready.popleft()
                         yield MeasureResult.failed(b.config, ErrorKind.CRASHED,
@@ -234,17 +275,21 @@ class RayExecutor:
                         if built.ok:
                             ready.append(built)
                         else:
+                            answered = True
                             yield failed_build(built)
                     elif ref in calls:
                         slot, b, _ = calls.pop(ref)
                         with pool.lock:
                             slot.inflight -= 1
+                        answered = True
                         yield from self._measured(pool, ref, slot, b)
                     else:
                         with pool.lock:
                             if ref in pool.pending:  # (another run's thread may have seen it start)
                                 pool.started(ref)
-                yield from self._overdue(pool, builds, calls, ready)
+                for result in self._overdue(pool, builds, calls, ready):
+                    answered = True
+                    yield result
         finally:
             for ref in builds:  # a run left early (its time is up): its builds are not needed
                 ray.cancel(ref, force=True)
@@ -318,6 +363,9 @@ class RayExecutor:
                     out.extend(ray.get(ref, timeout=60))
                 except ray.exceptions.RayError:
                     pass  # a lost actor: its worker went with it
+            with pool.lock:  # the run has ended: the next run's runner may take its workers
+                for slot in pool.ready_slots():
+                    slot.actor.release.remote(entry[1])
         return tuple(out)
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -99,6 +100,12 @@ class WorkerRuns:
         in bytes (None: half the machine's memory; 0: no limit)."""
         limit = default_memory_limit() if memory_limit is None else memory_limit or None
         return cls(lambda: IsolatedWorker(timeout=timeout, memory_limit=limit))
+
+    def warm_up(self) -> None:
+        """Start the worker process now and wait until it answers, instead of at the first
+        candidate (a Ray actor does this when a run starts). Raises `WorkerLost` where no
+        worker could be started; the first candidate then tries again."""
+        self.worker.call(os.getpid)
 
     def measure(self, config: Config, run: Callable[[IsolatedWorker], Any]) -> Measured:
         ran = _Ran(config, run)

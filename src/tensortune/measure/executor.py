@@ -36,7 +36,12 @@ class Executor(Protocol):
 
     `parallelism(builder, target)`: how many candidates a batch should hold to keep every
     builder and measurer busy. `late_results(runner)`: what showed only after the run's
-    last candidate (see `Runner`). `close()`: gives back what the executor holds."""
+    last candidate (see `Runner`). `close()`: gives back what the executor holds.
+
+    An executor whose `streams` attribute is true takes `measure(..., more=ask)`: it calls
+    `ask(k)` for up to `k` further candidates whenever part of the batch has come back,
+    keeping its slots busy instead of waiting for the batch's slowest candidate (the Ray
+    executor; the local one measures batch by batch)."""
 
     name: str
 

@@ -316,6 +316,12 @@ class GpuRunner:
         for s in self._slots:
             s.ready = False
 
+    def warm_up(self) -> None:
+        """Start every worker and make the task's arguments and reference there now, rather
+        than at the first candidate (a Ray actor does this when a run starts)."""
+        for slot in self._slots:
+            self._ensure_ready(slot)
+
     @property
     def restarts(self) -> int:
         """How many times a worker was restarted after a crash, hang or poisoned context."""
