@@ -12,6 +12,7 @@ import pytest
 from tensortune import te
 from tensortune.autoschedule import SketchSpace, autoschedule, generate_sketches
 from tensortune.autoschedule.apply import apply_config
+from tensortune.autoschedule.search import SketchPointOps
 from tensortune.autoschedule.seeds import register_tile_seeds
 from tensortune.db import Database, Target
 from tensortune.measure import Timer, check_close
@@ -61,6 +62,12 @@ def test_a_matrix_vector_product_read_along_its_reduction_gets_a_dot_sketch_firs
     assert keys(linear(1, 256, 688, "silu_mul")[0])[0] == "C:dot>D,D:tile_consumer<C"  # the epilogue fused
     assert keys(W.matmul(8, 512, 2048, layout="NT").outputs)[0] == "C:dot"  # a skinny matmul
     assert keys(linear(4, 64, 32, batch=3)[0])[0] == "C:dot"  # a batch of them, each with its own W
+    # as a model lowers a Linear layer: mm(x, t(W)), the transpose a stage of its own, inlined
+    x, w = te.placeholder((1, 256), name="x"), te.placeholder((688, 256), name="w")
+    wt = te.compute((256, 688), lambda a, b: w[b, a], name="wt")
+    k = te.reduce_axis(256, "k")
+    C = te.compute((1, 688), lambda i, j: te.sum(x[i, k] * wt[k, j], axis=k), name="C")
+    assert keys([C])[0] == "wt:inline,C:dot" and not any("simple,C:dot" in key for key in keys([C]))
     # not where rows share too little (9 rows), W is not contiguous along k (NN, TN), or k is under two vectors
     assert not any("dot" in k for k in keys(W.matmul(9, 512, 256, layout="NT").outputs))
     assert not any("dot" in k for k in keys(W.matmul(1, 512, 256).outputs))
@@ -130,3 +137,14 @@ def test_autoschedule_measures_and_checks_the_dot_sketch_for_a_decode_step(tmp_p
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((1, 64)).astype("float32"), rng.standard_normal((96, 64)).astype("float32")
     check_close(kernel(a, b), a @ b.T, 1e-4, 1e-4)
+
+
+def test_the_search_mutates_a_dot_sketchs_rows_and_lanes():
+    sp = SketchSpace.of(W.matmul(1, 688, 256, layout="NT").outputs)
+    ops = SketchPointOps(sp, np.random.default_rng(0))
+    seed = register_tile_seeds(sp)[0]
+    point = sp.space.to_point(seed)
+    children = [sp.space.to_config(p) for p in (ops.mutate(point) for _ in range(60)) if p is not None]
+    dot_children = [c for c in children if c["sketch"] == "C:dot"]
+    for name in ("C_dot_rows", "C_dot_lanes", "C_dot_block"):
+        assert any(c[name] != seed[name] for c in dot_children), name
