@@ -293,7 +293,15 @@ def dot_axes(s: StageInfo, inlined: Iterable[Tensor] = ()) -> DotAxes | None:
     over one axis k of at least two vectors, every read along k (through the `inlined`
     producers, such as a transposed view of the weight) indexed by k alone in its last
     dimension (contiguous), some read along both k and the last spatial axis (the big
-    operand), and at most DOT_MAX_ROWS outputs sharing each of its rows."""
+    operand), and at most DOT_MAX_ROWS outputs sharing each of its rows.
+
+    Example:
+        >>> from tensortune.te import workloads
+        >>> dot_axes(analyze(workloads.matmul(1, 688, 256, layout="NT").outputs)["C"])
+        DotAxes(vector='j', rows=('i',), batch=())
+        >>> dot_axes(analyze(workloads.matmul(1, 688, 256).outputs)["C"]) is None  # B[k, j]: k not contiguous
+        True
+    """
     if not s.spatial or len(s.reduce) != 1 or s.tensor.dtype not in ("float32", "float64"):
         return None
     body = s.tensor.op.body
