@@ -192,7 +192,7 @@ def _reduction_plans(g: GraphInfo, names: list[str], inlined: set[str]) -> list[
             # (measured 2-6 GFLOP/s against 40-80 for A @ B^T): the search spends no trials on it
             packed = needs_packing(s, inlined)
             panel = [True] if panel_inputs(s, inlined) else []
-            # first: a matrix-vector product runs best as dot products (and is cut last at MAX_SKETCHES)
+            # first, so that MAX_SKETCHES never cuts it: a matrix-vector product runs best as dot products
             dot = [True] if dot_axes(s, [g[i].tensor for i in inlined]) is not None else []
             if consumer is not None and consumer not in taken:
                 taken.add(consumer)
