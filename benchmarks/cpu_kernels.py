@@ -5,9 +5,11 @@ A @ B^T, TN: A^T @ B, the operands stored as BLAS would be given them), a depthw
 convolution (1x256x56x56, padding 1), a layer norm over 768 columns of 2048 rows, and
 matmuls of awkward shapes that real models produce: the MLP of a small Llama (128 tokens,
 hidden 256, width 688 = 16 x 43, `x @ W^T`: `llama_up` 128x688x256 and `llama_down`
-128x256x688; `decode_up`, its decode step's 1x688x256) and three shapes no setting was chosen on (`odd_nn` 96x1000x300, `odd_nt`
-200x1376x512, `odd_tn` 77x3072x768). By default every workload is run; `--workloads`
-picks some.
+128x256x688; its decode step's matrix-vector products `decode_up` 1x688x256,
+`decode_down` 1x256x688 and `decode_qo` 1x256x256) and shapes no setting was chosen on
+(`odd_nn` 96x1000x300, `odd_nt` 200x1376x512, `odd_tn` 77x3072x768, `odd_gemv`
+1x1000x300 and the skinny `skinny_nt` 4x2048x512). By default every workload is run;
+`--workloads` picks some.
 Each is auto-scheduled with `te.autoschedule(target="cpu", budget=--trials)` into a
 records database; then tensortune's kernel (the recorded winner, rebuilt), torch and
 numpy are timed in this process, interleaved in shuffled rounds (each round: the median
@@ -145,10 +147,14 @@ BENCHES = {
     "llama_down": _matmul("NT", 128, 256, 688, AWKWARD_QUICK),
     # the same model's decode step: one token, a matrix-vector product
     "decode_up": _matmul("NT", 1, 688, 256, (1, 43, 29)),
+    "decode_down": _matmul("NT", 1, 256, 688, (1, 29, 43)),
+    "decode_qo": _matmul("NT", 1, 256, 256, (1, 32, 32)),
     # shapes no setting was chosen on: a classifier head, a wider MLP, CLIP's 77 tokens
     "odd_nn": _matmul("NN", 96, 1000, 300, AWKWARD_QUICK),
     "odd_nt": _matmul("NT", 200, 1376, 512, AWKWARD_QUICK),
     "odd_tn": _matmul("TN", 77, 3072, 768, AWKWARD_QUICK),
+    "odd_gemv": _matmul("NT", 1, 1000, 300, (1, 43, 37)),  # a classifier head on one sample: tails in j and k
+    "skinny_nt": _matmul("NT", 4, 2048, 512, (4, 43, 37)),
     "depthwise": Bench("depthwise conv 3x3 1x256x56x56, pad 1",
                        lambda quick: W.depthwise_conv2d_nchw(1, 16 if quick else 256, 14 if quick else 56,
                                                              14 if quick else 56, 3, 3, padding=1),

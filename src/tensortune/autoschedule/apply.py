@@ -28,7 +28,8 @@ from ..te.visit import reads, walk
 from .analysis import StageInfo
 from .holes import SketchSpace, hole
 from .rfactor import rfactor_graph
-from .sketch import CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, WINDOW, Sketch, packs, window_axes
+from .sketch import (CACHE_WRITE, DOT, INLINE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, WINDOW, DotAxes, Sketch,
+                     packs, sketch_dot_axes, window_axes)
 
 PACK_BLOCK = 16  # the blocks of a packed copy that transposes (one 64-byte line of float32 each way)
 
@@ -61,6 +62,8 @@ def apply_config(sp: SketchSpace, config: Mapping[str, Any]) -> Schedule:
                 local = s.cache_write(p.stage)
                 _window(s, config, p.prefix, consumer=s[p.stage], local=s[local.name],
                         axes=window_axes(sp.graph[p.stage]))
+        elif p.rule == DOT:
+            _dot(s, config, p.prefix, p.stage, p.partner, sketch_dot_axes(sketch, sp.graph, p.stage))
         elif p.rule == TILE:
             _tile_root(s, config, p.prefix)
         elif p.rule == SIMPLE:
@@ -176,6 +179,47 @@ def _window(s: Schedule, config: Mapping[str, Any], prefix: str, consumer: Stage
             break
         if local.loop(loop).extent > 1:
             local.unroll(loop)
+
+
+def _dot(s: Schedule, config: Mapping[str, Any], prefix: str, name: str, partner: str, axes: DotAxes) -> None:
+    """Dot products along the contiguous reduction k: k split by `lanes` and rfactored into
+    `<name>.rf[lane, ...]`, laid out lanes last; the output (the consumer `partner`, if
+    any, else the reduction itself) splits its vector axis j into parallel blocks of
+    `block` groups of `rows`, with the batch axes fused into the parallel loop; in each
+    group the lane accumulators of its rows of W and every row of x are updated along
+    the outer part of k (vectorized over the lanes, the rows unrolled) and then summed."""
+    stage = s[name]
+    k = stage.op.reduce_axes[0].name
+    _, k_lane = stage.split(k, factors=(config[hole(prefix, "lanes")],))
+    rf = s[s.rfactor(name, k_lane.name).name]
+    rf_axes = [a.name for a in rf.op.axes]  # the lanes, then the original spatial axes
+    rf.reorder_storage(*rf_axes[1:], rf_axes[0])
+    out = s[partner] if partner else stage
+    names = [a.name for a in out.op.axes]  # the consumer reads the reduction at its own index
+    position = {a.name: d for d, a in enumerate(stage.op.axes)}
+    batch = [names[position[a]] for a in axes.batch]
+    rows = [names[position[a]] for a in axes.rows]
+    outer, group, inner = out.split(names[position[axes.vector]],
+                                    factors=(config[hole(prefix, "block")], config[hole(prefix, "rows")]))
+    out.reorder(*batch, outer.name, group.name, *rows, inner.name, *[l.name for l in out.reduce_axis])
+    parallel = outer.name
+    if batch:
+        parallel = out.fuse(*batch, outer.name).name
+    if config[hole(prefix, "par")]:
+        out.parallel(parallel)
+    if partner:
+        stage.compute_at(out, group.name)
+    rf.compute_at(out, group.name)
+    lane, *spatial, k_outer = [l.name for l in rf.loops]
+    j = spatial[position[axes.vector]]
+    others = [spatial[position[a]] for a in axes.rows + axes.batch]
+    rf.reorder(k_outer, j, *others, lane)
+    rf.vectorize(lane)
+    for loop in [j, *others]:  # extents of one group once computed at it
+        rf.unroll(loop)
+    out.unroll(inner.name)
+    if partner:
+        stage.unroll(stage.loops[position[axes.vector]].name)
 
 
 def _pack_along(s: Schedule, reader: Stage, vector: str) -> None:

@@ -24,8 +24,8 @@ Example:
 from __future__ import annotations
 
 from .analysis import GraphInfo
-from .sketch import (CACHE_WRITE, INLINE, RFACTOR, SIMPLE, TILE, TILE_CONSUMER, TILE_LOCAL, WINDOW, Sketch, packs,
-                     panel_inputs, window_axes)
+from .sketch import (CACHE_WRITE, DOT, INLINE, RFACTOR, SIMPLE, TILE, TILE_CONSUMER, TILE_LOCAL, WINDOW, Sketch, packs,
+                     panel_inputs, sketch_dot_axes, window_axes)
 
 
 def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
@@ -34,12 +34,15 @@ def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
     if inlined:
         lines.append(f"  inlined: {', '.join(inlined)}")
     for p in sketch.plans:
-        if p.rule in (INLINE, TILE_LOCAL) or (p.rule == WINDOW and p.partner):
+        if p.rule in (INLINE, TILE_LOCAL) or (p.rule in (WINDOW, DOT) and p.partner):
             continue
         s = g[p.stage]
         sp = [a.name for a in s.spatial]
         rd = [r.name for r in s.reduce]
-        if p.rule == WINDOW or (p.rule == TILE_CONSUMER and sketch.plan(p.partner).rule == WINDOW):
+        if p.rule == DOT or (p.rule == TILE_CONSUMER and sketch.plan(p.partner).rule == DOT):
+            src = s if p.rule == DOT else g[p.partner]
+            lines += _dot(src, sketch_dot_axes(sketch, g, src.name), p.stage, "" if p.rule == DOT else _text(s))
+        elif p.rule == WINDOW or (p.rule == TILE_CONSUMER and sketch.plan(p.partner).rule == WINDOW):
             src = s if p.rule == WINDOW else g[p.partner]
             local = f"{p.stage}.local" if p.rule == WINDOW else p.partner
             copy = f"{local}[...]" if p.rule == WINDOW else _text(s)
@@ -75,6 +78,24 @@ def describe_sketch(sketch: Sketch, g: GraphInfo) -> str:
             follows = len(s.consumers) == 1 and sketch.plan(s.consumers[0]).rule in (TILE, TILE_LOCAL, CACHE_WRITE)
             lines += _simple(sp, rd, s.name, _text(s), follows)
     return "\n".join(lines)
+
+
+def _dot(s, axes, out: str, epilogue: str) -> list[str]:
+    k = s.reduce[0].name
+    j = axes.vector
+    body = s.tensor.op.body
+    update = f"{s.name}.rf[{', '.join(a.name for a in s.spatial)}, lane] += {getattr(body, 'source', body)}"
+    lines = [f"  parallel for {'@'.join([*axes.batch, j + '.0'])} (? blocks of outputs)",
+             f"    for {j}.1 in ?",
+             f"      {s.name}.rf[...] = 0 over {', '.join([*axes.rows, j + '.2'])} x ? lanes",
+             f"      for {k}.0 in ?      # {k} = {k}.0 * lanes + lane",
+             f"        unroll for {j}.2 in ?, {', '.join(axes.rows) or '-'}",
+             "          vectorize for lane in ?",
+             f"            {update}",
+             f"      for {', '.join([*axes.rows, j + '.2'])}: {s.name}[...] = sum over lanes of {s.name}.rf"]
+    if epilogue:
+        lines.append(f"      for {', '.join([*axes.rows, j + '.2'])}: {out}[...] = {epilogue}")
+    return lines
 
 
 def _text(s) -> str:

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -28,8 +29,8 @@ from ..space import Categorical, Config, Space
 from ..space.constraints import Constraint
 from ..te.tensor import Tensor
 from .analysis import GraphInfo, StageInfo, analyze
-from .sketch import (CACHE_WRITE, RFACTOR, SIMPLE, TILE, TILE_LOCAL, WINDOW, Sketch, generate_sketches,
-                     window_axes)
+from .sketch import (CACHE_WRITE, DOT, RFACTOR, SIMPLE, TILE, TILE_LOCAL, WINDOW, DotAxes, Sketch,
+                     generate_sketches, lanes, sketch_dot_axes, window_axes)
 from .tiles import tile_options
 
 UNROLL_STEPS = (0, 16, 64, 512)
@@ -40,6 +41,9 @@ MAX_WINDOW_ROWS = 8  # rows of a window rule's local tile
 VECTOR_ALIGN = 8  # the innermost tile of the contiguous axis is a multiple of this, or the whole axis
 MAX_REGISTER_TILE = 512  # elements of the innermost (register) tile: 32 vectors of 16 floats
 MAX_LOCAL_TILE = 32768  # elements of the two innermost tile levels (128 KiB of float32)
+DOT_ROWS = (1, 2, 4, 6, 8, 12, 16)  # rows of the big operand a dot block updates together
+DOT_VECTORS = (1, 2, 4)  # vectors of lanes each output accumulates along the reduction
+DOT_BLOCKS = (1, 2, 4, 8)  # groups of rows per iteration of the parallel loop
 SERIAL_MAX_WORK = 10_000_000  # flops (or elements) up to which a stage may run serially
 
 
@@ -69,6 +73,8 @@ def sketch_holes(sketch: Sketch, g: GraphInfo) -> list[Hole]:
                 out.append(Hole(hole(p.prefix, "at"), (1, 2)))
         elif p.rule == WINDOW:
             out += _window_holes(s, p.prefix)
+        elif p.rule == DOT:
+            out += _dot_holes(s, p.prefix, sketch_dot_axes(sketch, g, p.stage))
         elif p.rule == SIMPLE:
             out += _simple_holes(s)
         elif p.rule == RFACTOR:
@@ -125,6 +131,20 @@ def _window_holes(s: StageInfo, prefix: str) -> list[Hole]:
     return out
 
 
+def _dot_holes(s: StageInfo, prefix: str, axes: DotAxes) -> list[Hole]:
+    """Rows of the big operand per block (`rows`), lanes each output accumulates along the
+    reduction (`lanes`: whole vectors, at most half the reduction), row groups per
+    parallel iteration (`block`), and whether the blocks run in parallel (`par`)."""
+    extent = {a.name: a.extent for a in s.spatial}
+    n, k = extent[axes.vector], s.reduce[0].extent
+    width = lanes(s.tensor.dtype)
+    rows = tuple(r for r in DOT_ROWS if r <= n) or (1,)
+    vectors = tuple(v * width for v in DOT_VECTORS if v * width * 2 <= k) or (width,)
+    blocks = tuple(b for b in DOT_BLOCKS if b == 1 or b * rows[0] < n)
+    return [Hole(hole(prefix, "rows"), rows), Hole(hole(prefix, "lanes"), vectors),
+            Hole(hole(prefix, "block"), blocks), Hole(hole(prefix, "par"), (1, 0) if small(s) else (1,))]
+
+
 def _simple_holes(s: StageInfo) -> list[Hole]:
     if not s.spatial:
         return []
@@ -139,8 +159,23 @@ def _simple_holes(s: StageInfo) -> list[Hole]:
 
 def tile_constraints(g: GraphInfo, sketches: list[Sketch]) -> list[Constraint]:
     """Per tiled stage: the register tile and the two innermost levels stay small enough to
-    live in registers and in the L1/L2 caches."""
+    live in registers and in the L1/L2 caches; per dot stage, the accumulators (rows of x
+    times rows of W times lanes) fit the registers."""
     out = []
+    shared_rows: dict[tuple[str, str], int] = {}
+    for sketch in sketches:
+        for p in sketch.plans:
+            if p.rule == DOT:
+                rows = sketch_dot_axes(sketch, g, p.stage).rows
+                size = math.prod(a.extent for a in g[p.stage].spatial if a.name in rows)
+                shared_rows[p.prefix, p.stage] = max(size, shared_rows.get((p.prefix, p.stage), 1))
+    for (prefix, name), shared in sorted(shared_rows.items()):
+        names = (hole(prefix, "rows"), hole(prefix, "lanes"))
+
+        def fits_dot(values, names=names, shared=shared) -> bool:
+            return shared * values[names[0]] * values[names[1]] <= MAX_REGISTER_TILE
+
+        out.append(Constraint(frozenset(names), f"{prefix}: accumulators <= {MAX_REGISTER_TILE} elements", fits_dot))
     for prefix, name in sorted({(p.prefix, p.stage) for s in sketches for p in s.anchors()}):
         names = [hole(prefix, f"tile_{a.name}") for a in g[name].spatial]
 

@@ -112,8 +112,8 @@ class SketchPointOps(PointOps):
 
 
 def _kind(name: str) -> str:
-    if "_tile_" in name or name.endswith("_vec") or name.endswith("_rf") or name.endswith("_rfvec"):
-        return "tile"
+    if "_tile_" in name or name.endswith(("_vec", "_rf", "_rfvec", "_dot_rows", "_dot_lanes", "_dot_block")):
+        return "tile"  # a dot sketch's shape moves like a tile size: one step to a neighbouring value
     return name.rsplit("_", 1)[-1]
 
 

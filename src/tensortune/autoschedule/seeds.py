@@ -7,7 +7,9 @@ vectors of the contiguous axis, with no tile level between them and the reductio
 A sketch vectorized along another axis (`vector`) gets one to four vectors of that axis
 times rows of the axis its packed operand does not depend on (a conv's 32 filters times
 14 columns), with the rows unrolled.
-Panel sketches are seeded first, the plain tiling last.
+A `dot` sketch (a matrix-vector product) gets a few rows of W times one or two vectors
+of lanes (DOT_SHAPES), in parallel and serially: it is seeded before every other
+sketch. Panel sketches come next, the plain tiling last.
 The search starts from a handful of such annotations of every tiled sketch (the rest of
 each configuration is drawn at random), then evolves as usual; they are ordinary
 candidates, measured and checked like any other.
@@ -28,18 +30,20 @@ from ..space import Config
 from ..te.expr import IterVar
 from ..te.visit import reads, walk
 from .holes import SketchSpace, hole
-from .sketch import TILE, WINDOW, window_axes
+from .sketch import DOT, TILE, WINDOW, lanes, window_axes
 
 SHAPES = ((6, 64), (12, 32), (8, 32), (4, 64), (14, 32), (16, 16))  # (rows, vector elements): 16-28 registers
 VECTOR_AXIS_SHAPES = ((14, 32), (12, 32), (7, 64), (8, 32), (6, 64), (16, 16))
 WINDOW_ROWS = (4, 2, 7, 8)  # rows of a window sketch's tile (each loaded vector feeds up to R of them)
 MAX_SEEDS = 12
+DOT_SHAPES = ((8, 1), (4, 1), (4, 2), (16, 1), (2, 2), (1, 1))  # (rows of W, vectors of lanes)
+MAX_DOT_SEEDS = 6
 LANES = 16  # float32 lanes of this machine's vectors (64 bytes, AVX-512)
 
 
 def register_tile_seeds(sp: SketchSpace, rng: np.random.Generator | None = None) -> list[Config]:
     base = {p.name: p.values[0] for p in sp.space.params}
-    out = window_seeds(sp, base)
+    out = dot_seeds(sp, base) + window_seeds(sp, base)
     # panels first, then the other local tiles, the plain tiling last
     local_first = sorted(sp.sketches.items(), key=lambda kv: (any(p.rule == TILE for p in kv[1].plans),
                                                               not any(p.panel for p in kv[1].plans)))
@@ -68,6 +72,33 @@ def register_tile_seeds(sp: SketchSpace, rng: np.random.Generator | None = None)
             if len(out) >= MAX_SEEDS:
                 return out
     return out
+
+
+def dot_seeds(sp: SketchSpace, base: dict) -> list[Config]:
+    """Dot sketches with DOT_SHAPES (those whose accumulators fit), each in parallel then
+    serially (a small product may not pay for waking a second thread), one block per
+    parallel iteration."""
+    out: list[Config] = []
+    for rows, vectors in DOT_SHAPES:
+        for par in (1, 0):
+            for key, sketch in sp.sketches.items():
+                plans = [p for p in sketch.plans if p.rule == DOT]
+                if not plans:
+                    continue
+                values = dict(base, sketch=key)
+                for h in sp.holes[key]:
+                    if h.name.endswith("_par"):
+                        values[h.name] = 1 if 1 in h.values else h.values[0]
+                for p in plans:
+                    width = vectors * lanes(sp.graph[p.stage].tensor.dtype)
+                    values[hole(p.prefix, "rows")] = rows
+                    values[hole(p.prefix, "lanes")] = width
+                    values[hole(p.prefix, "block")] = 1
+                    values[hole(p.prefix, "par")] = par
+                cfg = sp.canonical(Config(values))
+                if sp.space.is_valid(cfg) and cfg not in out:
+                    out.append(cfg)
+    return out[:MAX_DOT_SEEDS]
 
 
 def window_seeds(sp: SketchSpace, base: dict) -> list[Config]:

@@ -41,6 +41,13 @@ rules, after Ansor's CPU rules:
   channels) fused into the parallel loop outside, a local tile of a few rows by one row
   of vectors, and the whole window unrolled around it, so each loaded vector of the
   image is multiplied by a broadcast weight into registers;
+- `dot`: a reduction read along its contiguous axis by a big operand and small on the
+  other side (a matrix-vector product `x[k] * W[j, k]`, or a skinny matmul of up to
+  DOT_MAX_ROWS rows): the reduction is split by a factor of whole vectors and rfactored,
+  so each output accumulates a few vectors of lanes along k; the outputs j are cut into
+  blocks (in parallel), and in each block a few rows of W (with every row of x) update
+  their lane accumulators together, each loaded x vector reused across the W rows; the
+  lanes are summed at the end of the block, where the epilogue is applied;
 - `rfactor`: a reduction with little spatial parallelism and a long reduction is split
   into a partial reduction over a new spatial (parallel, vectorized) axis and a final one;
 - `simple`: everything else: outer spatial loops fused and parallel, the innermost
@@ -60,17 +67,19 @@ from dataclasses import dataclass
 
 from ..te.affine import Affine
 from ..te.expr import IterVar, Reduce
+from ..te.state import StageState, inline_reads
 from ..te.tensor import Tensor
 from ..te.visit import reads, walk
 from .analysis import GraphInfo, StageInfo, analyze
 
-INLINE, SIMPLE, TILE, TILE_LOCAL, TILE_CONSUMER, CACHE_WRITE, RFACTOR, WINDOW = (
-    "inline", "simple", "tile", "tile_local", "tile_consumer", "cache_write", "rfactor", "window")
-RULES_VERSION = 8  # bump when sketches, holes or the code they generate change: records are keyed by it
+INLINE, SIMPLE, TILE, TILE_LOCAL, TILE_CONSUMER, CACHE_WRITE, RFACTOR, WINDOW, DOT = (
+    "inline", "simple", "tile", "tile_local", "tile_consumer", "cache_write", "rfactor", "window", "dot")
+RULES_VERSION = 9  # bump when sketches, holes or the code they generate change: records are keyed by it
 MAX_SKETCHES = 16
 RFACTOR_MAX_SPATIAL = 64  # rfactor when the spatial size is at most this ...
 RFACTOR_MIN_REDUCE = 1024  # ... and the reduction at least this long
 VECTOR_BYTES = 64  # a vector register (AVX-512); a vector axis fills whole ones
+DOT_MAX_ROWS = 8  # rows (outputs that share a row of the big operand) up to which `dot` applies
 
 
 @dataclass(frozen=True)
@@ -94,10 +103,12 @@ class StagePlan:
         """What this plan's holes are named after: the stage (and its vector axis or rule)."""
         if self.rule == WINDOW:
             return f"{self.stage}.win"
+        if self.rule == DOT:
+            return f"{self.stage}.dot"
         return f"{self.stage}.vec_{self.vector}" if self.vector else self.stage
 
     def __str__(self) -> str:
-        sep = ">" if self.rule in (TILE_LOCAL, WINDOW) else "<"
+        sep = ">" if self.rule in (TILE_LOCAL, WINDOW, DOT) else "<"
         vec = f"(vec {self.vector})" if self.vector else "(pack)" if self.pack else "(panel)" if self.panel else ""
         return f"{self.stage}:{self.rule}{vec}" + (f"{sep}{self.partner}" if self.partner else "")
 
@@ -181,15 +192,19 @@ def _reduction_plans(g: GraphInfo, names: list[str], inlined: set[str]) -> list[
             # (measured 2-6 GFLOP/s against 40-80 for A @ B^T): the search spends no trials on it
             packed = needs_packing(s, inlined)
             panel = [True] if panel_inputs(s, inlined) else []
+            # first, so that MAX_SKETCHES never cuts it: a matrix-vector product runs best as dot products
+            dot = [True] if dot_axes(s, [g[i].tensor for i in inlined]) is not None else []
             if consumer is not None and consumer not in taken:
                 taken.add(consumer)
-                fused = [StagePlan(n, TILE_LOCAL, consumer, pack=packed)]
+                fused = [StagePlan(n, DOT, consumer) for _ in dot]
+                fused += [StagePlan(n, TILE_LOCAL, consumer, pack=packed)]
                 fused += [StagePlan(n, TILE_LOCAL, consumer, panel=True) for _ in panel]
                 fused += [StagePlan(n, TILE_LOCAL, consumer, v) for v in vectors]
                 fused += [StagePlan(n, WINDOW, consumer) for _ in window]
                 options.append([{n: p, consumer: StagePlan(consumer, TILE_CONSUMER, n)} for p in fused])
             else:
-                options.append([{n: StagePlan(n, CACHE_WRITE, pack=packed)}]
+                options.append([{n: StagePlan(n, DOT)} for _ in dot]
+                               + [{n: StagePlan(n, CACHE_WRITE, pack=packed)}]
                                + [{n: StagePlan(n, CACHE_WRITE, panel=True)} for _ in panel]
                                + [{n: StagePlan(n, TILE)}]
                                + [{n: StagePlan(n, CACHE_WRITE, vector=v)} for v in vectors]
@@ -259,6 +274,69 @@ def window_axes(s: StageInfo) -> tuple[str, str] | None:
         return None
     rows = [a.name for a in s.spatial[:-1] if a.name in windowed]
     return (rows[-1] if rows else ""), s.spatial[-1].name
+
+
+@dataclass(frozen=True)
+class DotAxes:
+    """How a `dot` sketch sees a reduction: `vector` the output axis the big operand is read
+    along (its rows, `j` of `W[j, k]`), `rows` the other spatial axes it does not depend
+    on (each output row reuses W: `i` of `x[i, k]`), `batch` those it depends on (a batch
+    of matrix-vector products, as attention's heads)."""
+
+    vector: str
+    rows: tuple[str, ...]
+    batch: tuple[str, ...]
+
+
+def dot_axes(s: StageInfo, inlined: Iterable[Tensor] = ()) -> DotAxes | None:
+    """The axes of a `dot` sketch of `s`, or None when the rule does not apply: a float sum
+    over one axis k of at least two vectors, every read along k (through the `inlined`
+    producers, such as a transposed view of the weight) indexed by k alone in its last
+    dimension (contiguous), some read along both k and the last spatial axis (the big
+    operand), and at most DOT_MAX_ROWS outputs sharing each of its rows.
+
+    Example:
+        >>> from tensortune.te import workloads
+        >>> dot_axes(analyze(workloads.matmul(1, 688, 256, layout="NT").outputs)["C"])
+        DotAxes(vector='j', rows=('i',), batch=())
+        >>> dot_axes(analyze(workloads.matmul(1, 688, 256).outputs)["C"]) is None  # B[k, j]: k not contiguous
+        True
+    """
+    if not s.spatial or len(s.reduce) != 1 or s.tensor.dtype not in ("float32", "float64"):
+        return None
+    body = s.tensor.op.body
+    if not isinstance(body, Reduce) or body.combiner != "sum":
+        return None
+    body = inline_reads(body, {id(t): StageState.of(t) for t in inlined if t is not s.tensor})
+    k, last = s.reduce[0], s.spatial[-1]
+    if k.extent < 2 * lanes(s.tensor.dtype) or last.extent < 2:
+        return None
+    along = [r for r in reads(body.source) if any(v is k or v == k for ix in r.indices for v in walk(ix))]
+    if not along or not all(r.indices and r.indices[-1] == k and not any(
+            v is k or v == k for ix in r.indices[:-1] for v in walk(ix)) for r in along):
+        return None
+    big = [r for r in along if any(v is last or v == last for ix in r.indices for v in walk(ix))]
+    if not big:
+        return None
+    used = {v for r in big for ix in r.indices for v in walk(ix) if isinstance(v, IterVar)}
+    others = [a for a in s.spatial[:-1]]
+    rows = tuple(a.name for a in others if a not in used)
+    batch = tuple(a.name for a in others if a in used)
+    size = 1
+    for a in others:
+        if a.name in rows:
+            size *= a.extent
+    if size > DOT_MAX_ROWS:
+        return None
+    return DotAxes(last.name, rows, batch)
+
+
+def sketch_dot_axes(sketch: Sketch, g: GraphInfo, stage: str) -> DotAxes:
+    """`dot_axes` of a stage that `sketch` plans as `dot`, with the sketch's inlined stages."""
+    axes = dot_axes(g[stage], [g[p.stage].tensor for p in sketch.plans if p.rule == INLINE])
+    if axes is None:
+        raise ValueError(f"sketch {sketch.key!r} plans {stage!r} as a dot product, which it is not")
+    return axes
 
 
 def needs_packing(s: StageInfo, inlined: set[str] = frozenset()) -> bool:
