@@ -86,7 +86,9 @@ CASES = [
 ]
 
 
-DOT_CASES = [  # 16 channels per group and more: one implicit-GEMM contraction per group (the batch axis)
+DOT_CASES = [  # 8 channels per group and more: one implicit-GEMM contraction per group (the batch axis)
+    ("dot-8-per-group-bias-relu", lambda: grouped_conv_nchw(1, 32, 6, 6, 32, 4, bias_relu=True),
+     {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16}),
     ("dot-groups-bias-relu", lambda: grouped_conv_nchw(1, 32, 6, 6, 32, 2, bias_relu=True),
      {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}),
     ("dot-groups-relayout", lambda: grouped_conv_nchw(2, 32, 5, 5, 64, 2, stride=2),
@@ -135,8 +137,10 @@ def test_grouped_conv_is_recognised_on_the_right_graphs_only():
     dot = analyze(grouped_conv_nchw(2, 32, 6, 6, 64, 2))
     assert dot.kind == "contraction" and dot.sizes == (2, 32, 2 * 36, 16 * 9)
     assert [a.extent for a in dot.window] == [3, 3] and [a.extent for a in dot.k] == [16]
-    # 16 input but 8 output channels per group (a channel multiplier below 16): the FMA kernel
-    assert analyze(grouped_conv_nchw(1, 32, 6, 6, 16, 2)).kind == "grouped_conv"
+    # 16 input and 8 output channels per group: a contraction too (its 8 filters padded to 16 rows)
+    assert analyze(grouped_conv_nchw(1, 32, 6, 6, 16, 2)).kind == "contraction"
+    # 8 input but 4 output channels per group (a channel multiplier below 8): the FMA kernel
+    assert analyze(grouped_conv_nchw(1, 16, 6, 6, 8, 2)).kind == "grouped_conv"
     assert analyze(depthwise_nhwc(1, 4, 4, 16)).channels_last
     # a dense convolution, a matmul, a matrix-vector product and a softmax keep their patterns
     assert analyze(workloads.conv2d_nchw(1, 4, 6, 6, 8, 3, 3, 1, 1).output).kind == "contraction"

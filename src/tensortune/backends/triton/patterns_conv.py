@@ -29,7 +29,7 @@ from ...te.visit import itervars, map_expr, reads, substitute, walk
 from .patterns import ACC, Axis, ContractionPlan, GpuPlan, _axes, sum_of_products
 
 MAX_WINDOW = 121  # window positions unrolled in the kernel (up to 11 x 11)
-DOT_GROUP = 16  # channels per group (in and out) from which a group is a tl.dot contraction
+DOT_GROUP = 8  # channels per group (in and out) from which a group is a tl.dot contraction (M padded to 16)
 
 
 @dataclass(frozen=True)
