@@ -1,0 +1,358 @@
+"""Fused attention for the CPU: scores, softmax and the weighted sum of values in one C kernel.
+
+The kernel computes the attention stages the pattern analysis recognises (an
+`AttentionPlan`, the same one the GPU's flash-attention kernel is generated from: see
+`backends.triton.patterns_attention`) without writing the scores to memory. One OpenMP
+task takes BLOCK_M queries of one batch index. It evaluates its query tile once (the
+graph's query expression: a rotary embedding, say), then loops over the keys in BLOCK_N
+blocks with an online softmax (FlashAttention's scheme): the block's key and value
+tiles are evaluated into local buffers (zero past the last key), the scores of the
+block computed, the graph's logit expression applied (scale, a given mask loaded per
+block, the causal select), the running row max updated, the accumulator and the running
+sum rescaled by `exp(old max - new max)`, and the weights multiplied with the value
+tile. With BLOCK_N at least the keys, the whole row is one block: a single pass with
+the row in a local buffer.
+
+Two ways to compute the scores (`SCORES`): "kt" keeps the key tile transposed
+([head, key]) and adds one query element times a row of keys at a time, vectorised
+along the keys; "dot" keeps it as it is ([key, head]) and takes dot products vectorised
+along the head dimension. A causal bound `key <= query + c` skips key blocks above the
+diagonal and drops its condition on blocks wholly below it. A fully masked row gets the
+graph's value (zeros when the graph guards it, NaN otherwise), as the stages give.
+
+Example:
+    >>> from tensortune.te import workloads
+    >>> from tensortune.backends.triton.patterns import analyze
+    >>> plan = analyze(workloads.attention(1, 2, 32, 32, 16, "float32", causal=True).output)
+    >>> src = generate_attention_c(plan, {"BLOCK_M": 8, "BLOCK_N": 16, "SCORES": "kt"})
+    >>> "int kernel(" in src and "#pragma omp parallel for" in src
+    True
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..te.affine import interval
+from ..te.dtype import TEError, is_float
+from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var
+from ..te.tensor import Tensor
+from .c_codegen import _BF16_PRELUDE, _COMPARE, _F32, _PRELUDE, _literal, storage_type
+from .triton.patterns import ACC
+from .triton.patterns_attention import ROWSUM, SCORE, AttentionPlan
+
+DEFAULTS = {"BLOCK_M": 16, "BLOCK_N": 64, "SCORES": "kt"}
+SCORE_MODES = ("kt", "dot")
+STORAGE = ("float32", "bfloat16", "int32", "bool")  # element types the kernel reads and writes
+LOCAL_BYTES = 512 * 1024  # per thread: the tiles are stack arrays
+
+
+class AttentionCodegenError(TEError):
+    """This attention plan or configuration has no C kernel; the message says why."""
+
+
+def supports(plan: AttentionPlan) -> str | None:
+    """Why `plan` has no C kernel (None when it has one)."""
+    for t in tuple(plan.inputs) + (plan.output,):
+        if t.dtype not in STORAGE:
+            return f"tensor {t.name!r} is {t.dtype}; the C attention kernel reads and writes {', '.join(STORAGE)}"
+    if not is_float(plan.output.dtype) and plan.output.dtype != "bfloat16":
+        return f"the output is {plan.output.dtype}"
+    if plan.p_dtype not in ("float32", "bfloat16"):
+        return f"the weights are rounded to {plan.p_dtype}"
+    for t in tuple(plan.inputs) + (plan.output,):
+        if math.prod(t.shape) >= 2**31:
+            return f"tensor {t.name!r} has 2**31 elements or more; indices are 32-bit"
+    return None
+
+
+def tile_bytes(plan: AttentionPlan, block_m: int, block_n: int) -> int:
+    """Bytes of the local tiles of one task (query, key, value, scores, accumulator, rows)."""
+    _, _, _, d, dv = plan.sizes
+    return 4 * (block_m * d + block_n * d + block_n * dv + block_m * block_n + block_m * dv + 2 * block_m)
+
+
+def check_config(plan: AttentionPlan, config: Mapping[str, Any]) -> dict[str, Any]:
+    """`config` completed with the defaults; an unknown name or an impossible value is an error."""
+    unknown = set(config) - set(DEFAULTS)
+    if unknown:
+        raise AttentionCodegenError(f"unknown attention parameter(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+    c = {**DEFAULTS, **config}
+    for name in ("BLOCK_M", "BLOCK_N"):
+        v = c[name]
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > 4096:
+            raise AttentionCodegenError(f"{name}={v!r} must be an integer from 1 to 4096")
+    if c["SCORES"] not in SCORE_MODES:
+        raise AttentionCodegenError(f"SCORES={c['SCORES']!r} must be one of {list(SCORE_MODES)}")
+    if tile_bytes(plan, c["BLOCK_M"], c["BLOCK_N"]) > LOCAL_BYTES:
+        raise AttentionCodegenError(f"BLOCK_M={c['BLOCK_M']} and BLOCK_N={c['BLOCK_N']} need "
+                                    f"{tile_bytes(plan, c['BLOCK_M'], c['BLOCK_N'])} bytes of tiles per thread, "
+                                    f"over {LOCAL_BYTES}")
+    return c
+
+
+def c_name(text: str) -> str:
+    name = re.sub(r"\W", "_", text)
+    return "p_" + name
+
+
+def _strides(shape: Sequence[int]) -> list[int]:
+    out, step = [], 1
+    for s in reversed(shape):
+        out.append(step)
+        step *= s
+    return list(reversed(out))
+
+
+class CExpr:
+    """C text of an expression over named kernel variables; reads of argument tensors become
+    loads from their pointers (contiguous layout). Floats are computed in float, bfloat16
+    loads widened, casts to bfloat16 rounded.
+
+    Example:
+        >>> from tensortune import te
+        >>> X = te.placeholder((4, 8), name="X")
+        >>> r, c = Var("r0"), Var("c0")
+        >>> CExpr({r: "i", c: "j"}, {r: (0, 3), c: (0, 7)}).text(te.exp(X[r, c]))
+        'tt_expf(p_X[((i * 8) + j)])'
+    """
+
+    def __init__(self, names: Mapping[Expr, str], ranges: Mapping[Var, tuple[int, int]]) -> None:
+        self.names = dict(names)
+        self.ranges = dict(ranges)
+
+    def text(self, e: Expr) -> str:
+        if e in self.names:
+            return self.names[e]
+        if isinstance(e, Const):
+            return _literal(e)
+        if isinstance(e, Var):
+            raise AttentionCodegenError(f"variable {e.name!r} has no value in this part of the kernel")
+        if isinstance(e, TensorRead):
+            return self.load(e)
+        if isinstance(e, Binary):
+            a, b = self.text(e.a), self.text(e.b)
+            if e.op in ("min", "max"):
+                kind = "int" if e.dtype == "int32" else "float"
+                return f"tt_{e.op}_{kind}({a}, {b})"
+            if e.op in ("floordiv", "mod"):
+                ra = interval(e.a, self.ranges)
+                if ra is not None and ra[0] >= 0 and isinstance(e.b, Const) and int(e.b.value) > 0:
+                    return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"
+                return f"tt_floor{'div' if e.op == 'floordiv' else 'mod'}({a}, {b})"
+            return f"({a} {dict(add='+', sub='-', mul='*', div='/')[e.op]} {b})"
+        if isinstance(e, Compare):
+            return f"({self.text(e.a)} {_COMPARE[e.op]} {self.text(e.b)})"
+        if isinstance(e, Logical):
+            return f"({self.text(e.a)} {'&&' if e.op == 'and' else '||'} {self.text(e.b)})"
+        if isinstance(e, Not):
+            return f"(!{self.text(e.a)})"
+        if isinstance(e, Select):
+            return f"({self.text(e.cond)} ? {self.text(e.then)} : {self.text(e.other)})"
+        if isinstance(e, Cast):
+            inner = self.text(e.value)
+            if e.dtype == "bfloat16":
+                return f"tt_bf16_round((float){inner})"
+            if e.dtype == "float32":
+                return f"((float){inner})"
+            if e.dtype == "int32":
+                return f"((int){inner})"
+            if e.dtype == "bool":
+                return f"({inner} != 0)"
+            raise AttentionCodegenError(f"a cast to {e.dtype} in the attention graph")
+        if isinstance(e, Call):
+            x = self.text(e.args[0])
+            if e.name == "sigmoid":
+                return f"(1.0f / (1.0f + tt_expf(-{x})))"
+            if e.name not in _F32:
+                raise AttentionCodegenError(f"no C function for {e.name!r}")
+            return f"{_F32[e.name]}({x})"
+        raise AttentionCodegenError(f"cannot generate C for {type(e).__name__} {e}")
+
+    def offset(self, read: TensorRead) -> str:
+        terms = []
+        for idx, stride in zip(read.indices, _strides(read.tensor.shape)):
+            if isinstance(idx, Const) and int(idx.value) == 0:
+                continue
+            t = self.text(idx)
+            terms.append(t if stride == 1 else f"({t} * {stride})")
+        return "(" + " + ".join(terms) + ")" if terms else "0"
+
+    def load(self, read: TensorRead) -> str:
+        t = read.tensor
+        if t.op is not None:
+            raise AttentionCodegenError(f"{t.name!r} is computed, not an argument of the kernel")
+        access = f"{c_name(t.name)}[{self.offset(read)}]"
+        return f"tt_bf16_to_float({access})" if t.dtype == "bfloat16" else access
+
+
+def _store(out: Tensor, value: str) -> str:
+    return f"tt_float_to_bf16({value})" if out.dtype == "bfloat16" else value
+
+
+def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: Sequence[Tensor] | None = None,
+                         name: str = "kernel") -> str:
+    """The C source of `plan` under `config` (BLOCK_M, BLOCK_N, SCORES): one function
+    `int name(args...)` returning 0, its arguments `args` (default: the plan's inputs,
+    then its output) as contiguous arrays."""
+    why = supports(plan)
+    if why is not None:
+        raise AttentionCodegenError(f"no C attention kernel: {why}")
+    c = check_config(plan, config)
+    args = list(args) if args is not None else list(plan.inputs) + [plan.output]
+    names = [t.name for t in args]
+    if plan.output.name not in names or any(t.name not in names for t in plan.inputs):
+        raise AttentionCodegenError(f"the arguments {names} must hold the inputs and the output of the attention")
+    nb, sq, skv, d, dv = plan.sizes
+    bm, bn = min(c["BLOCK_M"], sq), min(c["BLOCK_N"], skv)
+    m_blocks = -(-sq // bm)
+    causal = plan.causal
+    batch = plan.batch
+    ranges = {a.var: (0, a.extent - 1) for a in batch + (plan.query, plan.key, plan.head, plan.value)}
+    bnames = {a.var: f"b{k}" for k, a in enumerate(batch)}
+    scale = _literal(Const(float(plan.exp_scale), "float32"))
+
+    def em(**extra: str) -> CExpr:
+        mapping: dict[Expr, str] = dict(bnames)
+        for key, value in extra.items():
+            mapping[{"m": plan.query.var, "n": plan.key.var, "k": plan.head.var, "e": plan.value.var,
+                     "score": SCORE, "rowsum": ROWSUM, "acc": ACC}[key]] = value
+        return CExpr(mapping, ranges)
+
+    params = []
+    for t in args:
+        const = "" if t is plan.output or t.name == plan.output.name else "const "
+        params.append(f"{const}{storage_type(t.dtype)}* restrict {c_name(t.name)}")
+    lines = [f"int {name}({', '.join(params)}) {{"]
+    sched = "dynamic, 1" if causal is not None else "static"
+    lines += [f"  #pragma omp parallel for schedule({sched})",
+              f"  for (int task = 0; task < {nb * m_blocks}; ++task) {{",
+              f"    const int pb = task / {m_blocks};",
+              # causal: the query blocks with the most keys first
+              f"    const int mb = {f'{m_blocks - 1} - ' if causal is not None else ''}task % {m_blocks};"]
+    rest = "pb"
+    for k in reversed(range(len(batch))):
+        ext = batch[k].extent
+        lines.append(f"    const int b{k} = {rest} % {ext};" if k else f"    const int b{k} = {rest};")
+        if k:
+            lines.append(f"    const int pb{k} = {rest} / {ext};")
+            rest = f"pb{k}"
+    kt_shape = f"[{d}][{bn}]" if c["SCORES"] == "kt" else f"[{bn}][{d}]"
+    lines += [f"    const int i0 = mb * {bm};",
+              f"    const int mi = {sq} - i0 < {bm} ? {sq} - i0 : {bm};",
+              f"    float q[{bm}][{d}] __attribute__((aligned(64)));",
+              f"    float kb{kt_shape} __attribute__((aligned(64)));",
+              f"    float vb[{bn}][{dv}] __attribute__((aligned(64)));",
+              f"    float s[{bm}][{bn}] __attribute__((aligned(64)));",
+              f"    float acc[{bm}][{dv}] __attribute__((aligned(64)));",
+              f"    float mrow[{bm}], lrow[{bm}];",
+              f"    for (int i = 0; i < {bm}; ++i) {{",
+              "      mrow[i] = -INFINITY; lrow[i] = 0.0f;",
+              f"      for (int e = 0; e < {dv}; ++e) acc[i][e] = 0.0f;",
+              f"      for (int k = 0; k < {d}; ++k) q[i][k] = 0.0f;",
+              "    }",
+              "    for (int i = 0; i < mi; ++i) {",
+              "      const int m0 = i0 + i;",
+              f"      for (int k0 = 0; k0 < {d}; ++k0) q[i][k0] = {em(m='m0', k='k0').text(plan.q_factor)};",
+              "    }"]
+    if causal is not None:
+        lines.append(f"    int hi = i0 + mi + {causal};")
+        lines.append(f"    hi = hi < 0 ? 0 : hi > {skv} ? {skv} : hi;")
+    else:
+        lines.append(f"    const int hi = {skv};")
+    lines += [f"    for (int j0 = 0; j0 < hi; j0 += {bn}) {{",
+              f"      const int nj = hi - j0 < {bn} ? hi - j0 : {bn};"]
+    # the key and value tiles, zero past the last key
+    k_text = em(n="n0", k="k0").text(plan.k_factor)
+    v_text = em(n="n0", e="e0").text(plan.v_factor)
+    kstore = "kb[k0][j]" if c["SCORES"] == "kt" else "kb[j][k0]"
+    lines += ["      for (int j = 0; j < nj; ++j) {",
+              "        const int n0 = j0 + j;",
+              f"        for (int k0 = 0; k0 < {d}; ++k0) {kstore} = {k_text};",
+              f"        for (int e0 = 0; e0 < {dv}; ++e0) vb[j][e0] = {v_text};",
+              "      }",
+              f"      for (int j = nj; j < {bn}; ++j) {{",
+              f"        for (int k0 = 0; k0 < {d}; ++k0) {kstore} = 0.0f;",
+              f"        for (int e0 = 0; e0 < {dv}; ++e0) vb[j][e0] = 0.0f;",
+              "      }"]
+    if c["SCORES"] == "kt":
+        lines += ["      for (int i = 0; i < mi; ++i) {",
+                  "        float* restrict si = s[i];",
+                  f"        for (int j = 0; j < {bn}; ++j) si[j] = 0.0f;",
+                  f"        for (int k0 = 0; k0 < {d}; ++k0) {{",
+                  "          const float qv = q[i][k0];",
+                  "          #pragma omp simd",
+                  f"          for (int j = 0; j < {bn}; ++j) si[j] += qv * kb[k0][j];",
+                  "        }",
+                  "      }"]
+    else:
+        lines += ["      for (int i = 0; i < mi; ++i) {",
+                  f"        for (int j = 0; j < {bn}; ++j) {{",
+                  "          float a = 0.0f;",
+                  "          #pragma omp simd reduction(+:a)",
+                  f"          for (int k0 = 0; k0 < {d}; ++k0) a += q[i][k0] * kb[j][k0];",
+                  "          s[i][j] = a;",
+                  "        }",
+                  "      }"]
+    full = f"nj == {bn}" + (f" && j0 + {bn - 1} <= i0 + {causal}" if causal is not None else "")
+    inside = em(m="m0", n="n0", score="s[i][j]").text(plan.logits_inside)
+    masked = em(m="m0", n="n0", score="s[i][j]").text(plan.logits)
+    round_p = "tt_bf16_round(p)" if plan.p_dtype == "bfloat16" else "p"
+    lines += [f"      const int whole = {full};",
+              "      for (int i = 0; i < mi; ++i) {",
+              "        const int m0 = i0 + i;",
+              "        if (whole) {",
+              "          #pragma omp simd",
+              f"          for (int j = 0; j < {bn}; ++j) {{ const int n0 = j0 + j; s[i][j] = {inside}; }}",
+              "        } else {",
+              f"          for (int j = 0; j < nj; ++j) {{ const int n0 = j0 + j; s[i][j] = {masked}; }}",
+              f"          for (int j = nj; j < {bn}; ++j) s[i][j] = -INFINITY;",
+              "        }",
+              "        float mx = mrow[i];",
+              "        #pragma omp simd reduction(max:mx)",
+              f"        for (int j = 0; j < {bn}; ++j) mx = s[i][j] > mx ? s[i][j] : mx;",
+              "        const float mu = mx == -INFINITY ? 0.0f : mx;",
+              f"        const float alpha = tt_expf({scale} * (mrow[i] - mu));",
+              f"        const float shift = {scale} * mu;",
+              "        float sum = 0.0f;",
+              "        #pragma omp simd reduction(+:sum)",
+              f"        for (int j = 0; j < {bn}; ++j) {{",
+              f"          const float p = tt_expf({scale} * s[i][j] - shift);",
+              f"          sum += p; s[i][j] = {round_p};",
+              "        }",
+              "        lrow[i] = lrow[i] * alpha + sum;",
+              "        mrow[i] = mx;",
+              "        #pragma omp simd",
+              f"        for (int e = 0; e < {dv}; ++e) acc[i][e] *= alpha;",
+              f"        for (int j = 0; j < {bn}; ++j) {{",
+              "          const float p = s[i][j];",
+              "          #pragma omp simd",
+              f"          for (int e = 0; e < {dv}; ++e) acc[i][e] += p * vb[j][e];",
+              "        }",
+              "      }",
+              "    }"]
+    out = plan.output
+    weight = em(m="m0", rowsum="l").text(plan.weight)
+    o_expr = "acc[i][e0]" if isinstance(plan.weight, Const) and float(plan.weight.value) == 1.0 \
+        else f"acc[i][e0] * {weight}"
+    store = em(m="m0", e="e0", rowsum="l", acc="o")
+    lines += ["    for (int i = 0; i < mi; ++i) {",
+              "      const int m0 = i0 + i;",
+              "      const float l = lrow[i];",
+              f"      for (int e0 = 0; e0 < {dv}; ++e0) {{",
+              f"        float o = {o_expr};"]
+    if not plan.row_guarded:
+        lines.append("        if (mrow[i] == -INFINITY) o = NAN;")
+    lines += [f"        {c_name(out.name)}[{store.offset(TensorRead(out, plan.out_index))}] = "
+              f"{_store(out, store.text(plan.epilogue))};",
+              "      }",
+              "    }",
+              "  }",
+              "  return 0;",
+              "}"]
+    body = "\n".join(lines)
+    prelude = _PRELUDE + (_BF16_PRELUDE if "bf16" in body else "")
+    return prelude + "\n" + body + "\n"
