@@ -4,8 +4,7 @@ A te graph whose pattern is attention (`backends.triton.patterns.analyze` gives 
 `AttentionPlan`: scores, an optional causal or given mask, a softmax over the keys and
 the weighted sum of values) is compiled to one C kernel (`backends.c_attention`) instead
 of a kernel per stage. Its space: queries per task (BLOCK_M), keys per block (BLOCK_N,
-up to the whole row) and how the scores are computed (SCORES: "kt" along the keys of a
-transposed key tile, "dot" along the head dimension). Candidates are built by
+up to the whole row) and query rows per register block (ROWS). Candidates are built by
 `AttentionBuilder` (C source per configuration, compiled in parallel) and measured by the
 auto-scheduler's `SketchRunner`: each is checked on fresh random inputs against the
 NumPy interpreter of the graph's stages before it is timed, and a wrong one is that
@@ -32,13 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from ..backends.c_attention import (DEFAULTS, LOCAL_BYTES, AttentionCodegenError, generate_attention_c,
-                                    supports)
+from ..backends.c_attention import (DEFAULTS, LOCAL_BYTES, ROW_CHOICES, VEC, AttentionCodegenError,
+                                    generate_attention_c, supports)
 from ..backends.c_codegen import FLAGS
 from ..db import Database, Target, Workload
 from ..measure import LocalExecutor, MeasureResult, Timer, check_close
 from ..search import create_strategy
-from ..space import Categorical, Config, Ordinal, Space
+from ..space import Config, Ordinal, Space
 from ..te.build import reference_outputs
 from ..te.dtype import numpy_dtype
 from ..te.tensor import Tensor, graph
@@ -69,27 +68,32 @@ def _blocks(extent: int, sizes: Sequence[int], whole_up_to: int) -> list[int]:
 
 
 def attention_space(plan: Any) -> Space:
-    """BLOCK_M, BLOCK_N and SCORES, with the tiles of one task within `LOCAL_BYTES`."""
+    """BLOCK_M, BLOCK_N and ROWS, with the tiles of one task within `LOCAL_BYTES`."""
     _, sq, skv, d, dv = plan.sizes
-    bms = _blocks(sq, (1, 2, 4, 8, 16, 32, 64), 64)
+    bms = _blocks(sq, (4, 8, 16, 32, 64, 128), 128)
     bns = _blocks(skv, (16, 32, 64, 128, 256, 512), 1024)
-    tiles = f"4 * (BLOCK_M * {d + dv + 2} + BLOCK_N * {d + dv} + BLOCK_M * BLOCK_N) <= {LOCAL_BYTES}"
-    return Space([Ordinal("BLOCK_M", bms), Ordinal("BLOCK_N", bns), Categorical("SCORES", ["kt", "dot"])],
-                 constraints=[tiles])
+    rows = [r for r in ROW_CHOICES if r <= max(bms)]
+    dvp, widest = -(-dv // VEC) * VEC, -(-max(bns) // VEC) * VEC + VEC
+    tiles = (f"4 * ((BLOCK_M + ROWS) * {d + dvp + 2} + {widest} * {d + dvp} + (BLOCK_M + ROWS) * {widest}) "
+             f"<= {LOCAL_BYTES}")
+    return Space([Ordinal("BLOCK_M", bms), Ordinal("BLOCK_N", bns), Ordinal("ROWS", rows)],
+                 constraints=[tiles, "ROWS <= BLOCK_M"])
 
 
 def seed_configs(space: Space, plan: Any) -> list[Config]:
-    """Configurations tried first: the whole row in one block where it fits, else 128 keys."""
+    """Configurations tried first: large query blocks (each key tile loaded for many
+    queries), the whole row or 64-128 keys per block, eight rows per register block."""
     _, sq, skv, _, _ = plan.sizes
     out = []
-    for bm in (16, 8, 32):
-        for bn in (skv, 128, 64):
-            for scores in ("kt", "dot"):
-                cfg = {"BLOCK_M": min(bm, sq), "BLOCK_N": min(bn, skv), "SCORES": scores}
-                if space.is_valid(cfg):
-                    c = space.config(cfg)
-                    if c not in out:
-                        out.append(c)
+    for bm, bn, rows in ((128, skv, 8), (32, 64, 8), (64, 128, 8), (128, 128, 8), (32, 128, 4), (16, 64, 4),
+                         (8, 64, 4), (4, 64, 4)):
+        cfg = {"BLOCK_M": min(bm, sq), "BLOCK_N": min(bn, skv), "ROWS": min(rows, sq)}
+        while cfg["ROWS"] not in ROW_CHOICES:
+            cfg["ROWS"] -= 1
+        if space.is_valid(cfg):
+            c = space.config(cfg)
+            if c not in out:
+                out.append(c)
     return out[:6]
 
 
@@ -108,8 +112,12 @@ class AttentionProblem:
     def of(output: Tensor, args: Sequence[Tensor] | None = None, name: str | None = None) -> AttentionProblem:
         plan = attention_plan(output)
         if plan is None:
-            from ..backends.triton.patterns import analyze
-            why = supports(analyze(output)) or "its pattern is not attention"
+            from ..backends.triton.patterns import PatternError, analyze
+            try:
+                found = analyze(output)
+            except PatternError as exc:
+                raise AttentionCodegenError(f"{output.name!r} has no fused C attention kernel: {exc}") from exc
+            why = supports(found) if found.kind == "attention" else f"its pattern is {found.kind}, not attention"
             raise AttentionCodegenError(f"{output.name!r} has no fused C attention kernel: {why}")
         kargs = tuple(args) if args is not None else tuple(t for t in graph([output]) if t.op is None) + (output,)
         from .api import graph_text

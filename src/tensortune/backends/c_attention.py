@@ -13,10 +13,11 @@ sum rescaled by `exp(old max - new max)`, and the weights multiplied with the va
 tile. With BLOCK_N at least the keys, the whole row is one block: a single pass with
 the row in a local buffer.
 
-Two ways to compute the scores (`SCORES`): "kt" keeps the key tile transposed
-([head, key]) and adds one query element times a row of keys at a time, vectorised
-along the keys; "dot" keeps it as it is ([key, head]) and takes dot products vectorised
-along the head dimension. A causal bound `key <= query + c` skips key blocks above the
+Both products are register-blocked on GCC vector types of 16 floats: the scores keep
+ROWS query rows times two vectors of keys in registers while stepping along the head
+dimension of a transposed key tile ([head, key], so the keys are contiguous); the
+weighted sum keeps ROWS rows times up to four vectors of value columns while stepping
+along the keys. Tiles are padded to whole vectors with zeros. A causal bound `key <= query + c` skips key blocks above the
 diagonal and drops its condition on blocks wholly below it. A fully masked row gets the
 graph's value (zeros when the graph guards it, NaN otherwise), as the stages give.
 
@@ -24,7 +25,7 @@ Example:
     >>> from tensortune.te import workloads
     >>> from tensortune.backends.triton.patterns import analyze
     >>> plan = analyze(workloads.attention(1, 2, 32, 32, 16, "float32", causal=True).output)
-    >>> src = generate_attention_c(plan, {"BLOCK_M": 8, "BLOCK_N": 16, "SCORES": "kt"})
+    >>> src = generate_attention_c(plan, {"BLOCK_M": 8, "BLOCK_N": 16, "ROWS": 4})
     >>> "int kernel(" in src and "#pragma omp parallel for" in src
     True
 """
@@ -44,8 +45,9 @@ from .c_codegen import _BF16_PRELUDE, _COMPARE, _F32, _PRELUDE, _literal, storag
 from .triton.patterns import ACC
 from .triton.patterns_attention import ROWSUM, SCORE, AttentionPlan
 
-DEFAULTS = {"BLOCK_M": 16, "BLOCK_N": 64, "SCORES": "kt"}
-SCORE_MODES = ("kt", "dot")
+DEFAULTS = {"BLOCK_M": 16, "BLOCK_N": 64, "ROWS": 4}
+ROW_CHOICES = (1, 2, 4, 6, 8)  # query rows of a register block
+VEC = 16  # floats per vector (a GCC vector type: AVX-512 registers, or two AVX ones)
 STORAGE = ("float32", "bfloat16", "int32", "bool")  # element types the kernel reads and writes
 LOCAL_BYTES = 512 * 1024  # per thread: the tiles are stack arrays
 
@@ -69,10 +71,16 @@ def supports(plan: AttentionPlan) -> str | None:
     return None
 
 
-def tile_bytes(plan: AttentionPlan, block_m: int, block_n: int) -> int:
-    """Bytes of the local tiles of one task (query, key, value, scores, accumulator, rows)."""
+def _up(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+def tile_bytes(plan: AttentionPlan, block_m: int, block_n: int, rows: int = 8) -> int:
+    """Bytes of the local tiles of one task (query, key, value, scores, accumulator, rows),
+    padded to whole register blocks."""
     _, _, _, d, dv = plan.sizes
-    return 4 * (block_m * d + block_n * d + block_n * dv + block_m * block_n + block_m * dv + 2 * block_m)
+    bm, bn, dvp = _up(block_m, rows), _up(block_n, VEC), _up(dv, VEC)
+    return 4 * (bm * d + bn * d + bn * dvp + bm * bn + bm * dvp + 2 * bm)
 
 
 def check_config(plan: AttentionPlan, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,11 +93,11 @@ def check_config(plan: AttentionPlan, config: Mapping[str, Any]) -> dict[str, An
         v = c[name]
         if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > 4096:
             raise AttentionCodegenError(f"{name}={v!r} must be an integer from 1 to 4096")
-    if c["SCORES"] not in SCORE_MODES:
-        raise AttentionCodegenError(f"SCORES={c['SCORES']!r} must be one of {list(SCORE_MODES)}")
-    if tile_bytes(plan, c["BLOCK_M"], c["BLOCK_N"]) > LOCAL_BYTES:
+    if c["ROWS"] not in ROW_CHOICES:
+        raise AttentionCodegenError(f"ROWS={c['ROWS']!r} must be one of {list(ROW_CHOICES)}")
+    if tile_bytes(plan, c["BLOCK_M"], c["BLOCK_N"], c["ROWS"]) > LOCAL_BYTES:
         raise AttentionCodegenError(f"BLOCK_M={c['BLOCK_M']} and BLOCK_N={c['BLOCK_N']} need "
-                                    f"{tile_bytes(plan, c['BLOCK_M'], c['BLOCK_N'])} bytes of tiles per thread, "
+                                    f"{tile_bytes(plan, c['BLOCK_M'], c['BLOCK_N'], c['ROWS'])} bytes of tiles per thread, "
                                     f"over {LOCAL_BYTES}")
     return c
 
@@ -193,9 +201,58 @@ def _store(out: Tensor, value: str) -> str:
     return f"tt_float_to_bf16({value})" if out.dtype == "bfloat16" else value
 
 
+_VECTOR_TYPES = """typedef float tt_v __attribute__((vector_size(64), __may_alias__));
+"""
+
+
+def _value_vectors(dvp: int, rows: int) -> int:
+    """Vectors of value columns per register block of the weighted sum (at most 24 accumulators)."""
+    for u in (4, 3, 2, 1):
+        if (dvp // VEC) % u == 0 and rows * u <= 24:
+            return u
+    return 1
+
+
+def _scores_block(d: int, bmp: int, bnp: int, rows: int) -> list[str]:
+    """s[i][j] = sum_k q[i][k] * kb[k][j], `rows` x `ju` vectors of accumulators at a time."""
+    ju = 2 if (bnp // VEC) % 2 == 0 else 1
+    acc = [[f"c{r}_{u}" for u in range(ju)] for r in range(rows)]
+    lines = [f"      for (int ib = 0; ib < {bmp}; ib += {rows}) {{",
+             f"        for (int jv = 0; jv < {bnp}; jv += {VEC * ju}) {{",
+             "          " + " ".join(f"tt_v {a} = {{0}};" for row in acc for a in row),
+             f"          for (int k0 = 0; k0 < {d}; ++k0) {{"]
+    lines += [f"            const tt_v kv{u} = *(const tt_v*)&kb[k0][jv + {VEC * u}];" for u in range(ju)]
+    for r in range(rows):
+        lines.append(f"            {{ const float qs = q[ib + {r}][k0]; "
+                     + " ".join(f"{acc[r][u]} += qs * kv{u};" for u in range(ju)) + " }")
+    lines += ["          }"]
+    lines += ["          " + " ".join(f"*(tt_v*)&s[ib + {r}][jv + {VEC * u}] = {acc[r][u]};" for u in range(ju))
+              for r in range(rows)]
+    return lines + ["        }", "      }"]
+
+
+def _values_block(bmp: int, dvp: int, rows: int) -> list[str]:
+    """acc[i][e] += sum_j s[i][j] * vb[j][e] over the block's keys, `rows` x `eu` vectors at a time."""
+    eu = _value_vectors(dvp, rows)
+    acc = [[f"a{r}_{u}" for u in range(eu)] for r in range(rows)]
+    lines = [f"      for (int ib = 0; ib < {bmp}; ib += {rows}) {{",
+             f"        for (int ev = 0; ev < {dvp}; ev += {VEC * eu}) {{"]
+    lines += ["          " + " ".join(f"tt_v {acc[r][u]} = *(tt_v*)&acc[ib + {r}][ev + {VEC * u}];" for u in range(eu))
+              for r in range(rows)]
+    lines += ["          for (int j = 0; j < nj; ++j) {"]
+    lines += [f"            const tt_v vv{u} = *(const tt_v*)&vb[j][ev + {VEC * u}];" for u in range(eu)]
+    for r in range(rows):
+        lines.append(f"            {{ const float p = s[ib + {r}][j]; "
+                     + " ".join(f"{acc[r][u]} += p * vv{u};" for u in range(eu)) + " }")
+    lines += ["          }"]
+    lines += ["          " + " ".join(f"*(tt_v*)&acc[ib + {r}][ev + {VEC * u}] = {acc[r][u]};" for u in range(eu))
+              for r in range(rows)]
+    return lines + ["        }", "      }"]
+
+
 def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: Sequence[Tensor] | None = None,
                          name: str = "kernel") -> str:
-    """The C source of `plan` under `config` (BLOCK_M, BLOCK_N, SCORES): one function
+    """The C source of `plan` under `config` (BLOCK_M, BLOCK_N, ROWS): one function
     `int name(args...)` returning 0, its arguments `args` (default: the plan's inputs,
     then its output) as contiguous arrays."""
     why = supports(plan)
@@ -207,7 +264,9 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
     if plan.output.name not in names or any(t.name not in names for t in plan.inputs):
         raise AttentionCodegenError(f"the arguments {names} must hold the inputs and the output of the attention")
     nb, sq, skv, d, dv = plan.sizes
+    rows = c["ROWS"]
     bm, bn = min(c["BLOCK_M"], sq), min(c["BLOCK_N"], skv)
+    bmp, bnp, dvp = _up(bm, rows), _up(bn, VEC), _up(dv, VEC)
     m_blocks = -(-sq // bm)
     causal = plan.causal
     batch = plan.batch
@@ -224,7 +283,7 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
 
     params = []
     for t in args:
-        const = "" if t is plan.output or t.name == plan.output.name else "const "
+        const = "" if t.name == plan.output.name else "const "
         params.append(f"{const}{storage_type(t.dtype)}* restrict {c_name(t.name)}")
     lines = [f"int {name}({', '.join(params)}) {{"]
     sched = "dynamic, 1" if causal is not None else "static"
@@ -240,20 +299,18 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
         if k:
             lines.append(f"    const int pb{k} = {rest} / {ext};")
             rest = f"pb{k}"
-    kt_shape = f"[{d}][{bn}]" if c["SCORES"] == "kt" else f"[{bn}][{d}]"
     lines += [f"    const int i0 = mb * {bm};",
               f"    const int mi = {sq} - i0 < {bm} ? {sq} - i0 : {bm};",
-              f"    float q[{bm}][{d}] __attribute__((aligned(64)));",
-              f"    float kb{kt_shape} __attribute__((aligned(64)));",
-              f"    float vb[{bn}][{dv}] __attribute__((aligned(64)));",
-              f"    float s[{bm}][{bn}] __attribute__((aligned(64)));",
-              f"    float acc[{bm}][{dv}] __attribute__((aligned(64)));",
-              f"    float mrow[{bm}], lrow[{bm}];",
-              f"    for (int i = 0; i < {bm}; ++i) {{",
-              "      mrow[i] = -INFINITY; lrow[i] = 0.0f;",
-              f"      for (int e = 0; e < {dv}; ++e) acc[i][e] = 0.0f;",
-              f"      for (int k = 0; k < {d}; ++k) q[i][k] = 0.0f;",
-              "    }",
+              f"    float q[{bmp}][{d}] __attribute__((aligned(64)));",
+              f"    float kb[{d}][{bnp}] __attribute__((aligned(64)));",
+              f"    float vb[{bnp}][{dvp}] __attribute__((aligned(64)));",
+              f"    float s[{bmp}][{bnp}] __attribute__((aligned(64)));",
+              f"    float acc[{bmp}][{dvp}] __attribute__((aligned(64)));",
+              f"    float mrow[{bmp}], lrow[{bmp}];",
+              # padding is zero: key columns past the last key, value columns past dv, query rows past mi
+              "    memset(kb, 0, sizeof kb); memset(vb, 0, sizeof vb); memset(acc, 0, sizeof acc);",
+              f"    for (int i = mi; i < {bmp}; ++i) memset(q[i], 0, sizeof q[i]);",
+              f"    for (int i = 0; i < {bmp}; ++i) {{ mrow[i] = -INFINITY; lrow[i] = 0.0f; }}",
               "    for (int i = 0; i < mi; ++i) {",
               "      const int m0 = i0 + i;",
               f"      for (int k0 = 0; k0 < {d}; ++k0) q[i][k0] = {em(m='m0', k='k0').text(plan.q_factor)};",
@@ -263,40 +320,16 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
         lines.append(f"    hi = hi < 0 ? 0 : hi > {skv} ? {skv} : hi;")
     else:
         lines.append(f"    const int hi = {skv};")
-    lines += [f"    for (int j0 = 0; j0 < hi; j0 += {bn}) {{",
-              f"      const int nj = hi - j0 < {bn} ? hi - j0 : {bn};"]
-    # the key and value tiles, zero past the last key
     k_text = em(n="n0", k="k0").text(plan.k_factor)
     v_text = em(n="n0", e="e0").text(plan.v_factor)
-    kstore = "kb[k0][j]" if c["SCORES"] == "kt" else "kb[j][k0]"
-    lines += ["      for (int j = 0; j < nj; ++j) {",
+    lines += [f"    for (int j0 = 0; j0 < hi; j0 += {bn}) {{",
+              f"      const int nj = hi - j0 < {bn} ? hi - j0 : {bn};",
+              "      for (int j = 0; j < nj; ++j) {",
               "        const int n0 = j0 + j;",
-              f"        for (int k0 = 0; k0 < {d}; ++k0) {kstore} = {k_text};",
+              f"        for (int k0 = 0; k0 < {d}; ++k0) kb[k0][j] = {k_text};",
               f"        for (int e0 = 0; e0 < {dv}; ++e0) vb[j][e0] = {v_text};",
-              "      }",
-              f"      for (int j = nj; j < {bn}; ++j) {{",
-              f"        for (int k0 = 0; k0 < {d}; ++k0) {kstore} = 0.0f;",
-              f"        for (int e0 = 0; e0 < {dv}; ++e0) vb[j][e0] = 0.0f;",
               "      }"]
-    if c["SCORES"] == "kt":
-        lines += ["      for (int i = 0; i < mi; ++i) {",
-                  "        float* restrict si = s[i];",
-                  f"        for (int j = 0; j < {bn}; ++j) si[j] = 0.0f;",
-                  f"        for (int k0 = 0; k0 < {d}; ++k0) {{",
-                  "          const float qv = q[i][k0];",
-                  "          #pragma omp simd",
-                  f"          for (int j = 0; j < {bn}; ++j) si[j] += qv * kb[k0][j];",
-                  "        }",
-                  "      }"]
-    else:
-        lines += ["      for (int i = 0; i < mi; ++i) {",
-                  f"        for (int j = 0; j < {bn}; ++j) {{",
-                  "          float a = 0.0f;",
-                  "          #pragma omp simd reduction(+:a)",
-                  f"          for (int k0 = 0; k0 < {d}; ++k0) a += q[i][k0] * kb[j][k0];",
-                  "          s[i][j] = a;",
-                  "        }",
-                  "      }"]
+    lines += _scores_block(d, bmp, bnp, rows)
     full = f"nj == {bn}" + (f" && j0 + {bn - 1} <= i0 + {causal}" if causal is not None else "")
     inside = em(m="m0", n="n0", score="s[i][j]").text(plan.logits_inside)
     masked = em(m="m0", n="n0", score="s[i][j]").text(plan.logits)
@@ -307,33 +340,31 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
               "        if (whole) {",
               "          #pragma omp simd",
               f"          for (int j = 0; j < {bn}; ++j) {{ const int n0 = j0 + j; s[i][j] = {inside}; }}",
+              f"          for (int j = {bn}; j < {bnp}; ++j) s[i][j] = -INFINITY;",
               "        } else {",
               f"          for (int j = 0; j < nj; ++j) {{ const int n0 = j0 + j; s[i][j] = {masked}; }}",
-              f"          for (int j = nj; j < {bn}; ++j) s[i][j] = -INFINITY;",
+              f"          for (int j = nj; j < {bnp}; ++j) s[i][j] = -INFINITY;",
               "        }",
               "        float mx = mrow[i];",
               "        #pragma omp simd reduction(max:mx)",
-              f"        for (int j = 0; j < {bn}; ++j) mx = s[i][j] > mx ? s[i][j] : mx;",
+              f"        for (int j = 0; j < {bnp}; ++j) mx = s[i][j] > mx ? s[i][j] : mx;",
               "        const float mu = mx == -INFINITY ? 0.0f : mx;",
               f"        const float alpha = tt_expf({scale} * (mrow[i] - mu));",
               f"        const float shift = {scale} * mu;",
               "        float sum = 0.0f;",
               "        #pragma omp simd reduction(+:sum)",
-              f"        for (int j = 0; j < {bn}; ++j) {{",
+              f"        for (int j = 0; j < {bnp}; ++j) {{",
               f"          const float p = tt_expf({scale} * s[i][j] - shift);",
               f"          sum += p; s[i][j] = {round_p};",
               "        }",
               "        lrow[i] = lrow[i] * alpha + sum;",
               "        mrow[i] = mx;",
               "        #pragma omp simd",
-              f"        for (int e = 0; e < {dv}; ++e) acc[i][e] *= alpha;",
-              f"        for (int j = 0; j < {bn}; ++j) {{",
-              "          const float p = s[i][j];",
-              "          #pragma omp simd",
-              f"          for (int e = 0; e < {dv}; ++e) acc[i][e] += p * vb[j][e];",
-              "        }",
+              f"        for (int e = 0; e < {dvp}; ++e) acc[i][e] *= alpha;",
               "      }",
-              "    }"]
+              f"      for (int i = mi; i < {bmp}; ++i) memset(s[i], 0, sizeof s[i]);"]
+    lines += _values_block(bmp, dvp, rows)
+    lines += ["    }"]
     out = plan.output
     weight = em(m="m0", rowsum="l").text(plan.weight)
     o_expr = "acc[i][e0]" if isinstance(plan.weight, Const) and float(plan.weight.value) == 1.0 \
@@ -354,5 +385,5 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
               "  return 0;",
               "}"]
     body = "\n".join(lines)
-    prelude = _PRELUDE + (_BF16_PRELUDE if "bf16" in body else "")
+    prelude = _PRELUDE + (_BF16_PRELUDE if "bf16" in body else "") + _VECTOR_TYPES
     return prelude + "\n" + body + "\n"
