@@ -69,6 +69,22 @@ def test_the_fused_kernel_computes_what_the_stages_compute(name):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=f"{name} {config}")
 
 
+def test_bfloat16_attention_is_read_rounded_and_written_as_the_stages_say():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    w = W.attention(1, 2, 19, 37, 16, "bfloat16", causal=True, kv_heads=1)
+    rng = np.random.default_rng(3)
+    arrays = {t.name: rng.standard_normal(t.shape).astype(ml_dtypes.bfloat16) for t in w.inputs}
+    plan = analyze(w.output)
+    assert plan.p_dtype == "bfloat16"  # the weights are rounded before they multiply the values
+    args = list(w.inputs) + [w.output]
+    lib = CCompiler().compile(generate_attention_c(plan, {"BLOCK_M": 8, "BLOCK_N": 16}, args), {}, FLAGS)
+    fn = load_function(lib, "kernel", [f"{t.dtype}*" for t in args], restype="int")
+    out = np.zeros(w.output.shape, ml_dtypes.bfloat16)
+    assert fn(*[arrays[t.name].ctypes.data for t in w.inputs], out.ctypes.data) == 0
+    want = te.evaluate(w.output, arrays).astype(np.float32)
+    np.testing.assert_allclose(out.astype(np.float32), want, rtol=2e-2, atol=2e-2)
+
+
 def test_the_fused_kernel_matches_torch_sdpa():
     torch = pytest.importorskip("torch")
     w = W.attention(2, 4, 33, 33, 16, "float32", causal=True, kv_heads=2, mask="float", mask_shape=(2, 1, 1, 33))
