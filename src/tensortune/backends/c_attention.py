@@ -41,6 +41,7 @@ from ..te.affine import interval
 from ..te.dtype import TEError, is_float
 from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var
 from ..te.tensor import Tensor
+from ..te.visit import children, variables, walk, with_children
 from .c_codegen import _BF16_PRELUDE, _COMPARE, _F32, _PRELUDE, _literal, storage_type
 from .triton.patterns import ACC
 from .triton.patterns_attention import ROWSUM, SCORE, AttentionPlan
@@ -132,6 +133,9 @@ class CExpr:
         self.names = dict(names)
         self.ranges = dict(ranges)
 
+    def with_names(self, names: Mapping[Expr, str]) -> "CExpr":
+        return CExpr({**self.names, **names}, self.ranges)
+
     def text(self, e: Expr) -> str:
         if e in self.names:
             return self.names[e]
@@ -155,7 +159,10 @@ class CExpr:
         if isinstance(e, Compare):
             return f"({self.text(e.a)} {_COMPARE[e.op]} {self.text(e.b)})"
         if isinstance(e, Logical):
-            return f"({self.text(e.a)} {'&&' if e.op == 'and' else '||'} {self.text(e.b)})"
+            # without loads both sides are cheap and safe: `&` keeps the loop branch-free (vectorizable)
+            cheap = not any(isinstance(x, TensorRead) for x in walk(e))
+            op = ("&" if cheap else "&&") if e.op == "and" else ("|" if cheap else "||")
+            return f"({self.text(e.a)} {op} {self.text(e.b)})"
         if isinstance(e, Not):
             return f"(!{self.text(e.a)})"
         if isinstance(e, Select):
@@ -199,6 +206,30 @@ class CExpr:
 
 def _store(out: Tensor, value: str) -> str:
     return f"tt_float_to_bf16({value})" if out.dtype == "bfloat16" else value
+
+
+def hoist(exprs: Sequence[Expr], outer: set[Var], prefix: str) -> tuple[list[Expr], list[tuple[Var, Expr]]]:
+    """`exprs` with each largest subexpression that reads memory and uses only the
+    variables `outer` replaced by a fresh variable `{prefix}{k}`, and those (variable,
+    subexpression) pairs: a mask gathered per key is computed once per key block, not once
+    per (query, key)."""
+    found: dict[Expr, Var] = {}
+
+    def go(e: Expr) -> Expr:
+        if not isinstance(e, (Const, Var)) and variables(e) <= outer and any(
+                isinstance(x, TensorRead) for x in walk(e)):
+            if e not in found:
+                found[e] = Var(f"{prefix}{len(found)}", e.dtype)
+            return found[e]
+        kids = children(e)
+        return with_children(e, tuple(go(k) for k in kids)) if kids else e
+
+    rewritten = [go(e) for e in exprs]
+    return rewritten, [(v, e) for e, v in found.items()]
+
+
+def _c_value_type(dtype: str) -> str:
+    return "float" if is_float(dtype) or dtype == "bfloat16" else "int"
 
 
 _VECTOR_TYPES = """typedef float tt_v __attribute__((vector_size(64), __may_alias__));
@@ -331,12 +362,22 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
               "      }"]
     lines += _scores_block(d, bmp, bnp, rows)
     full = f"nj == {bn}" + (f" && j0 + {bn - 1} <= i0 + {causal}" if causal is not None else "")
-    inside = em(m="m0", n="n0", score="s[i][j]").text(plan.logits_inside)
-    masked = em(m="m0", n="n0", score="s[i][j]").text(plan.logits)
+    outer = {a.var for a in batch}
+    (logits_inside, logits), per_key = hoist([plan.logits_inside, plan.logits], outer | {plan.key.var}, "hk")
+    (logits_inside, logits), per_row = hoist([logits_inside, logits], outer | {plan.query.var}, "hr")
+    in_loop = {**{v: f"{v.name}[j]" for v, _ in per_key}, **{v: v.name for v, _ in per_row}}
+    inside = em(m="m0", n="n0", score="s[i][j]").with_names(in_loop).text(logits_inside)
+    masked = em(m="m0", n="n0", score="s[i][j]").with_names(in_loop).text(logits)
+    if per_key:
+        lines += [f"      {_c_value_type(e.dtype)} {v.name}[{bnp}] __attribute__((aligned(64)));" for v, e in per_key]
+        lines += ["      for (int j = 0; j < nj; ++j) {", "        const int n0 = j0 + j;"]
+        lines += [f"        {v.name}[j] = {em(n='n0').text(e)};" for v, e in per_key]
+        lines += ["      }"]
     round_p = "tt_bf16_round(p)" if plan.p_dtype == "bfloat16" else "p"
     lines += [f"      const int whole = {full};",
               "      for (int i = 0; i < mi; ++i) {",
               "        const int m0 = i0 + i;",
+              *[f"        const {_c_value_type(e.dtype)} {v.name} = {em(m='m0').text(e)};" for v, e in per_row],
               "        if (whole) {",
               "          #pragma omp simd",
               f"          for (int j = 0; j < {bn}; ++j) {{ const int n0 = j0 + j; s[i][j] = {inside}; }}",
