@@ -338,9 +338,13 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
               f"    float s[{bmp}][{bnp}] __attribute__((aligned(64)));",
               f"    float acc[{bmp}][{dvp}] __attribute__((aligned(64)));",
               f"    float mrow[{bmp}], lrow[{bmp}];",
-              # padding is zero: key columns past the last key, value columns past dv, query rows past mi
-              "    memset(kb, 0, sizeof kb); memset(vb, 0, sizeof vb); memset(acc, 0, sizeof acc);",
+              # padding is zero: key columns past the keys, value columns past dv, query rows past mi
+              "    memset(acc, 0, sizeof acc);",
               f"    for (int i = mi; i < {bmp}; ++i) memset(q[i], 0, sizeof q[i]);",
+              *([f"    for (int k = 0; k < {d}; ++k) for (int j = {bn}; j < {bnp}; ++j) kb[k][j] = 0.0f;"]
+                if bnp != bn else []),
+              *([f"    for (int j = 0; j < {bnp}; ++j) for (int e = {dv}; e < {dvp}; ++e) vb[j][e] = 0.0f;"]
+                if dvp != dv else []),
               f"    for (int i = 0; i < {bmp}; ++i) {{ mrow[i] = -INFINITY; lrow[i] = 0.0f; }}",
               "    for (int i = 0; i < mi; ++i) {",
               "      const int m0 = i0 + i;",
@@ -359,7 +363,8 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
               "        const int n0 = j0 + j;",
               f"        for (int k0 = 0; k0 < {d}; ++k0) kb[k0][j] = {k_text};",
               f"        for (int e0 = 0; e0 < {dv}; ++e0) vb[j][e0] = {v_text};",
-              "      }"]
+              "      }",
+              f"      if (nj < {bn}) for (int k = 0; k < {d}; ++k) for (int j = nj; j < {bn}; ++j) kb[k][j] = 0.0f;"]
     lines += _scores_block(d, bmp, bnp, rows)
     full = f"nj == {bn}" + (f" && j0 + {bn - 1} <= i0 + {causal}" if causal is not None else "")
     outer = {a.var for a in batch}
