@@ -27,6 +27,7 @@ CASES = {
     "bool-mask": ((2, 2, 17, 33, 8), {"mask": "bool", "mask_shape": (2, 1, 17, 33)}),
     "bool-mask-causal": ((1, 2, 29, 29, 16), {"mask": "bool", "causal": True}),
     "value-width": ((1, 2, 20, 30, 8), {"dv": 24}),
+    "decode-step": ((2, 4, 1, 77, 16), {"causal": True, "kv_heads": 2}),  # one query over a cache
 }
 CONFIGS = [{"BLOCK_M": 8, "BLOCK_N": 16, "ROWS": 4}, {"BLOCK_M": 13, "BLOCK_N": 40, "ROWS": 6},
            {"BLOCK_M": 64, "BLOCK_N": 1024, "ROWS": 8}, {"BLOCK_M": 1, "BLOCK_N": 32, "ROWS": 1}]
