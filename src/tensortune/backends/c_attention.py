@@ -41,7 +41,8 @@ from ..te.affine import interval
 from ..te.dtype import TEError, is_float
 from ..te.expr import Binary, Call, Cast, Compare, Const, Expr, Logical, Not, Select, TensorRead, Var
 from ..te.tensor import Tensor
-from ..te.visit import children, variables, walk, with_children
+from ..te.affine import Affine
+from ..te.visit import children, substitute, variables, walk, with_children
 from .c_codegen import _BF16_PRELUDE, _COMPARE, _F32, _PRELUDE, _literal, storage_type
 from .triton.patterns import ACC
 from .triton.patterns_attention import ROWSUM, SCORE, AttentionPlan
@@ -233,7 +234,23 @@ def _c_value_type(dtype: str) -> str:
 
 
 _VECTOR_TYPES = """typedef float tt_v __attribute__((vector_size(64), __may_alias__));
+typedef float tt_vu __attribute__((vector_size(64), __may_alias__, aligned(4)));
 """
+
+
+def direct_values(plan: AttentionPlan) -> TensorRead | None:
+    """The read of the values when it is a plain float32 read whose last index is the value
+    column (so a row of values is contiguous) and there are whole vectors of columns."""
+    v = plan.v_factor
+    if not isinstance(v, TensorRead) or v.tensor.op is not None or v.tensor.dtype != "float32":
+        return None
+    e = plan.value.var
+    if plan.value.extent % VEC or any(e in variables(i) for i in v.indices[:-1]):
+        return None
+    rest = Affine.of(Binary("sub", v.indices[-1], e))  # the last index must be (something) + e
+    if any(e in variables(atom) for atom, _ in rest.terms):
+        return None
+    return v
 
 
 def _value_vectors(dvp: int, rows: int) -> int:
@@ -262,8 +279,10 @@ def _scores_block(d: int, bmp: int, bnp: int, rows: int) -> list[str]:
     return lines + ["        }", "      }"]
 
 
-def _values_block(bmp: int, dvp: int, rows: int) -> list[str]:
-    """acc[i][e] += sum_j s[i][j] * vb[j][e] over the block's keys, `rows` x `eu` vectors at a time."""
+def _values_block(bmp: int, dvp: int, rows: int, direct: str | None = None) -> list[str]:
+    """acc[i][e] += sum_j s[i][j] * vb[j][e] over the block's keys, `rows` x `eu` vectors at a
+    time; with `direct` (the address of value row j, column 0), the values are read where
+    they are instead of from the tile."""
     eu = _value_vectors(dvp, rows)
     acc = [[f"a{r}_{u}" for u in range(eu)] for r in range(rows)]
     lines = [f"      for (int ib = 0; ib < {bmp}; ib += {rows}) {{",
@@ -271,7 +290,11 @@ def _values_block(bmp: int, dvp: int, rows: int) -> list[str]:
     lines += ["          " + " ".join(f"tt_v {acc[r][u]} = *(tt_v*)&acc[ib + {r}][ev + {VEC * u}];" for u in range(eu))
               for r in range(rows)]
     lines += ["          for (int j = 0; j < nj; ++j) {"]
-    lines += [f"            const tt_v vv{u} = *(const tt_v*)&vb[j][ev + {VEC * u}];" for u in range(eu)]
+    if direct is not None:
+        lines += ["            const int n0 = j0 + j;", f"            const float* vr = &{direct};"]
+        lines += [f"            const tt_vu vv{u} = *(const tt_vu*)&vr[ev + {VEC * u}];" for u in range(eu)]
+    else:
+        lines += [f"            const tt_v vv{u} = *(const tt_v*)&vb[j][ev + {VEC * u}];" for u in range(eu)]
     for r in range(rows):
         lines.append(f"            {{ const float p = s[ib + {r}][j]; "
                      + " ".join(f"{acc[r][u]} += p * vv{u};" for u in range(eu)) + " }")
@@ -312,6 +335,12 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
                      "score": SCORE, "rowsum": ROWSUM, "acc": ACC}[key]] = value
         return CExpr(mapping, ranges)
 
+    v_read = direct_values(plan)
+    direct = None
+    if v_read is not None:  # row j of the values at column 0
+        zero = TensorRead(v_read.tensor, tuple(v_read.indices[:-1]) + (
+            substitute(v_read.indices[-1], {plan.value.var: Const(0, "int32")}),))
+        direct = f"{c_name(v_read.tensor.name)}[{em(n='n0').offset(zero)}]"
     params = []
     for t in args:
         const = "" if t.name == plan.output.name else "const "
@@ -334,7 +363,7 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
               f"    const int mi = {sq} - i0 < {bm} ? {sq} - i0 : {bm};",
               f"    float q[{bmp}][{d}] __attribute__((aligned(64)));",
               f"    float kb[{d}][{bnp}] __attribute__((aligned(64)));",
-              f"    float vb[{bnp}][{dvp}] __attribute__((aligned(64)));",
+              *([] if direct else [f"    float vb[{bnp}][{dvp}] __attribute__((aligned(64)));"]),
               f"    float s[{bmp}][{bnp}] __attribute__((aligned(64)));",
               f"    float acc[{bmp}][{dvp}] __attribute__((aligned(64)));",
               f"    float mrow[{bmp}], lrow[{bmp}];",
@@ -344,7 +373,7 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
               *([f"    for (int k = 0; k < {d}; ++k) for (int j = {bn}; j < {bnp}; ++j) kb[k][j] = 0.0f;"]
                 if bnp != bn else []),
               *([f"    for (int j = 0; j < {bnp}; ++j) for (int e = {dv}; e < {dvp}; ++e) vb[j][e] = 0.0f;"]
-                if dvp != dv else []),
+                if dvp != dv and not direct else []),
               f"    for (int i = 0; i < {bmp}; ++i) {{ mrow[i] = -INFINITY; lrow[i] = 0.0f; }}",
               "    for (int i = 0; i < mi; ++i) {",
               "      const int m0 = i0 + i;",
@@ -362,7 +391,7 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
               "      for (int j = 0; j < nj; ++j) {",
               "        const int n0 = j0 + j;",
               f"        for (int k0 = 0; k0 < {d}; ++k0) kb[k0][j] = {k_text};",
-              f"        for (int e0 = 0; e0 < {dv}; ++e0) vb[j][e0] = {v_text};",
+              *([] if direct else [f"        for (int e0 = 0; e0 < {dv}; ++e0) vb[j][e0] = {v_text};"]),
               "      }",
               f"      if (nj < {bn}) for (int k = 0; k < {d}; ++k) for (int j = nj; j < {bn}; ++j) kb[k][j] = 0.0f;"]
     lines += _scores_block(d, bmp, bnp, rows)
@@ -409,7 +438,7 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
               f"        for (int e = 0; e < {dvp}; ++e) acc[i][e] *= alpha;",
               "      }",
               f"      for (int i = mi; i < {bmp}; ++i) memset(s[i], 0, sizeof s[i]);"]
-    lines += _values_block(bmp, dvp, rows)
+    lines += _values_block(bmp, dvp, rows, direct)
     lines += ["    }"]
     out = plan.output
     weight = em(m="m0", rowsum="l").text(plan.weight)
