@@ -6,9 +6,10 @@ The kernel computes the attention stages the pattern analysis recognises (an
 task takes BLOCK_M queries of one batch index. It evaluates its query tile once (the
 graph's query expression: a rotary embedding, say), then loops over the keys in BLOCK_N
 blocks with an online softmax (FlashAttention's scheme): the block's key and value
-tiles are evaluated into local buffers (zero past the last key), the scores of the
+tiles are evaluated into local buffers (values whose rows are contiguous float32 are
+read in place), the scores of the
 block computed, the graph's logit expression applied (scale, a given mask loaded per
-block, the causal select), the running row max updated, the accumulator and the running
+block, the causal select; mask terms of the key alone computed once per block), the running row max updated, the accumulator and the running
 sum rescaled by `exp(old max - new max)`, and the weights multiplied with the value
 tile. With BLOCK_N at least the keys, the whole row is one block: a single pass with
 the row in a local buffer.
