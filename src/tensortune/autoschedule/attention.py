@@ -44,7 +44,7 @@ from ..te.tensor import Tensor, graph
 from ..tuner import Budget, Tuner, TuningFailed
 from .measure import CheckSpec, SketchBuilder, SketchRunner, random_inputs, time_interleaved
 
-ATTENTION_VERSION = 2  # part of the workload key: records of another generator are not rebuilt
+ATTENTION_VERSION = 3  # part of the workload key: records of another generator are not rebuilt
 
 
 def attention_plan(output: Tensor) -> Any:

@@ -230,6 +230,22 @@ def hoist(exprs: Sequence[Expr], outer: set[Var], prefix: str) -> tuple[list[Exp
     return rewritten, [(v, e) for e, v in found.items()]
 
 
+def bool_reads(exprs: Sequence[Expr]) -> tuple[list[Expr], list[tuple[Var, Expr]]]:
+    """`exprs` with each read of a bool tensor replaced by a fresh variable `hb{k}`: those
+    are copied into an int row first, since GCC does not vectorize a select on a `_Bool` load."""
+    found: dict[Expr, Var] = {}
+
+    def go(e: Expr) -> Expr:
+        if isinstance(e, TensorRead) and e.tensor.dtype == "bool":
+            if e not in found:
+                found[e] = Var(f"hb{len(found)}", "bool")
+            return found[e]
+        kids = children(e)
+        return with_children(e, tuple(go(k) for k in kids)) if kids else e
+
+    return [go(e) for e in exprs], [(v, e) for e, v in found.items()]
+
+
 def _c_value_type(dtype: str) -> str:
     return "float" if is_float(dtype) or dtype == "bfloat16" else "int"
 
@@ -400,7 +416,8 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
     outer = {a.var for a in batch}
     (logits_inside, logits), per_key = hoist([plan.logits_inside, plan.logits], outer | {plan.key.var}, "hk")
     (logits_inside, logits), per_row = hoist([logits_inside, logits], outer | {plan.query.var}, "hr")
-    in_loop = {**{v: f"{v.name}[j]" for v, _ in per_key}, **{v: v.name for v, _ in per_row}}
+    (logits_inside, logits), per_score = bool_reads([logits_inside, logits])
+    in_loop = {**{v: f"{v.name}[j]" for v, _ in per_key + per_score}, **{v: v.name for v, _ in per_row}}
     inside = em(m="m0", n="n0", score="s[i][j]").with_names(in_loop).text(logits_inside)
     masked = em(m="m0", n="n0", score="s[i][j]").with_names(in_loop).text(logits)
     if per_key:
@@ -413,6 +430,10 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
               "      for (int i = 0; i < mi; ++i) {",
               "        const int m0 = i0 + i;",
               *[f"        const {_c_value_type(e.dtype)} {v.name} = {em(m='m0').text(e)};" for v, e in per_row],
+              *[f"        int {v.name}[{bnp}] __attribute__((aligned(64)));" for v, _ in per_score],
+              *([f"        for (int j = 0; j < nj; ++j) {{ const int n0 = j0 + j; "
+                 + " ".join(f"{v.name}[j] = {em(m='m0', n='n0').with_names({w: w.name for w, _ in per_row}).text(e)};"
+                            for v, e in per_score) + " }"] if per_score else []),
               "        if (whole) {",
               "          #pragma omp simd",
               f"          for (int j = 0; j < {bn}; ++j) {{ const int n0 = j0 + j; s[i][j] = {inside}; }}",
