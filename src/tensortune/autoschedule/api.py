@@ -320,6 +320,9 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
     `retry_failed` (the same, measuring again the candidates recorded as failed).
     `strategy`: "evolutionary" (cost-model guided) or any registered strategy name.
     `jobs`: compile processes (default 2 on the CPU, one per core for CUDA).
+    Attention (scores, an optional mask, a softmax over the keys and the weighted sum, as
+    `te.workloads.attention_stages` builds it) becomes one fused C kernel on the CPU
+    (`autoschedule.attention`), returned as an `AttentionKernel`, its block sizes searched.
     `target="cuda"` hands the graph to the GPU auto-scheduler (`backends.triton`), with
     `strategy`, `jobs`, `timer`, `confirm` (> 1: re-time finalists) and `gpu_options` passed on.
     `executor="ray"`: candidates are compiled and measured on a Ray cluster's nodes of the
@@ -341,6 +344,12 @@ def autoschedule(outputs_or_function: Any, target: str = "cpu", budget: Budget |
     if gpu_options:
         raise TEError(f"unknown option(s) {sorted(gpu_options)} for target {target!r}")
     _check_target(target)
+    from .attention import autoschedule_attention, fused_attention_problem
+    fused = fused_attention_problem(outputs_or_function, args, name)
+    if fused is not None:  # attention: one fused kernel, its block sizes searched
+        return autoschedule_attention(fused, _open_db(db), budget, seed=seed, jobs=2 if jobs is None else jobs,
+                                      retune=retune or retry_failed, confirm=confirm, confirm_rounds=confirm_rounds,
+                                      progress=_progress(progress), timer=timer)
     problem = Problem.of(outputs_or_function, args, name)
     database = _open_db(db)
     tgt = Target.cpu()

@@ -4,8 +4,11 @@
 compiled function on the tensors' memory; `CudaTarget` tunes Triton kernels on the GPU
 (one worker and one compile pool shared by all of a model's kernels) and launches them.
 Both accept as one kernel what the GPU patterns describe: a contraction with its
-prologue and epilogue, reductions over the same rows, or elementwise work (the CUDA
-target also a fused attention where its backend has one).
+prologue and epilogue, reductions over the same rows, elementwise work, or attention
+(scores, mask, softmax and weighted sum) as one fused kernel: a Triton flash-attention
+kernel on the GPU, a C kernel with an online softmax over key blocks on the CPU
+(`backends.c_attention`, tuned by `autoschedule.attention`). Other multi-contraction
+kernels only on the GPU.
 
 Example:
     >>> cpu = CpuTarget()
@@ -60,9 +63,10 @@ class CpuTarget:
     timer: Any = None
     name: str = "cpu"
     device: str = "cpu"
-    multi_anchor: bool = False
+    multi_anchor: bool = True  # attention (two contractions and a softmax) as one kernel, as below
     executor: Any = None  # "local" (default), "ray" or an Executor: where kernels are built and measured
     ray_address: str | None = None
+    fused_attention: bool = True  # False: attention as three kernels (scores, softmax, weighted sum)
     _kinds: dict[str, str | None] = field(default_factory=dict, repr=False)
     _runs_on: Any = field(default=None, repr=False)
 
@@ -71,9 +75,15 @@ class CpuTarget:
         dtypes = _kernel_dtypes(graph, nodes)
         if "bfloat16" in dtypes and "bfloat16" not in FLOAT_TYPES:
             return False
-        return kernel_kind(graph, nodes, self._kinds) in KINDS
+        kind = kernel_kind(graph, nodes, self._kinds)
+        if kind == "attention":
+            return self.fused_attention and cpu_attention(graph, nodes, self._kinds)
+        return kind in KINDS
 
-    def search(self, kernel: KernelGraph, *, db: Any, seed: int, budget_hint: int | None) -> "CpuSearch":
+    def search(self, kernel: KernelGraph, *, db: Any, seed: int,
+               budget_hint: int | None) -> "CpuSearch | CpuAttentionSearch":
+        if gpu_kind(kernel.output) == "attention":
+            return CpuAttentionSearch(kernel, db, seed, self.jobs, self.timer, budget_hint)
         if self._runs_on is None:  # one executor (on Ray, one set of actors) for all the kernels
             from ..measure import make_executor
             self._runs_on = make_executor(self.executor, self.ray_address)
@@ -131,19 +141,83 @@ class CpuSearch:
         return self._session.finish(4, 5)
 
     def step(self, built: Any, root: int, reads: tuple[int, ...], name: str) -> KernelStep:
-        te_kernel = built.kernel
-        order = [-1 if a.name == "out" else int(a.name[2:]) for a in te_kernel.args]  # placeholders are in0, in1, ...
-        fn = te_kernel._fn
-
-        def run(inputs: list[Any], out: Any) -> None:
-            if fn(*[(out if k < 0 else inputs[k]).data_ptr() for k in order]) != 0:
-                raise MemoryError(f"kernel {name} could not allocate its temporaries")
-        run.native = NativeCall(function_address(fn), tuple(order))  # type: ignore[attr-defined]
-        return KernelStep(name, root, reads, run, native=run.native)  # type: ignore[attr-defined]
+        return native_step(built.kernel._fn, built.kernel.args, root, reads, name)
 
     def close(self) -> None:
         if self._session is not None:
             self._session.runner.close()
+
+
+def native_step(fn: Any, args: Any, root: int, reads: tuple[int, ...], name: str) -> KernelStep:
+    """A step calling the C function `fn` whose arguments are the tensors `args` (the
+    kernel's placeholders in0, in1, ... and its output `out`) on the plan's buffers."""
+    order = [-1 if a.name == "out" else int(a.name[2:]) for a in args]
+
+    def run(inputs: list[Any], out: Any) -> None:
+        if fn(*[(out if k < 0 else inputs[k]).data_ptr() for k in order]) != 0:
+            raise MemoryError(f"kernel {name} could not allocate its temporaries")
+    run.native = NativeCall(function_address(fn), tuple(order))  # type: ignore[attr-defined]
+    return KernelStep(name, root, reads, run, native=run.native)  # type: ignore[attr-defined]
+
+
+def cpu_attention(graph: Graph, nodes: frozenset[int], cache: dict[str, str | None] | None = None) -> bool:
+    """Whether these stages are an attention the fused C kernel takes (its tensor types)."""
+    from ..autoschedule.attention import attention_plan
+    kernel = build_kernel(graph, stage_nodes(graph, nodes))
+    key = "c-attention\n" + kernel.text
+    if cache is not None and key in cache:
+        return cache[key] is not None
+    ok = attention_plan(kernel.output) is not None
+    if cache is not None:
+        cache[key] = "attention" if ok else None
+    return ok
+
+
+class CpuAttentionSearch:
+    """One fused attention kernel's search (`autoschedule.attention`), round by round."""
+
+    def __init__(self, kernel: KernelGraph, db: Any, seed: int, jobs: int, timer: Any,
+                 budget_hint: int | None) -> None:
+        from ..autoschedule.attention import AttentionProblem
+        from ..db import Target
+
+        self.kernel = kernel
+        self.problem = AttentionProblem.of(kernel.output, args=list(kernel.placeholders) + [kernel.output],
+                                           name=f"kernel-{kernel.key}")
+        self.db, self.target = db, Target.cpu()
+        self.seed, self.jobs, self.timer, self.budget_hint = seed, jobs, timer, budget_hint
+        self._session: Any = None
+
+    @property
+    def flops(self) -> float:
+        return self.problem.flops
+
+    @property
+    def workload(self) -> Any:
+        return self.problem.workload
+
+    def recorded(self) -> Any:
+        from ..autoschedule.attention import rebuild_attention
+        return rebuild_attention(self.problem, self.db, self.target)
+
+    def tune(self, trials: int) -> list[Any]:
+        if self._session is None:
+            from ..autoschedule.attention import AttentionSession
+            self._session = AttentionSession(self.problem, self.db, self.target, self.seed, self.jobs,
+                                             timer=self.timer, expected_trials=self.budget_hint)
+        return self._session.tune(trials)
+
+    def finish(self) -> Any:
+        if self._session is None:
+            return self.recorded()
+        return self._session.finish(4, 5)
+
+    def step(self, built: Any, root: int, reads: tuple[int, ...], name: str) -> KernelStep:
+        return native_step(built._fn, self.problem.args, root, reads, name)
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
 
 
 @dataclass
