@@ -39,6 +39,7 @@ from ..te.schedule import Schedule
 from ..te.tensor import Tensor, graph
 from ..search import create_strategy
 from ..tuner import Budget, Tuner, TuningFailed, standing
+from .rounds import TunerRounds
 from .holes import SketchSpace
 from .measure import CheckSpec, SketchBuilder, SketchRunner, kernel_args, random_inputs, time_interleaved
 from .search import SketchSearch
@@ -192,7 +193,7 @@ def rebuild_recorded(problem: Problem, db: Database, target: Target, trials: int
     return None
 
 
-class _Session:
+class _Session(TunerRounds):
     """One problem's search: its tuner (kept between rounds of a task scheduler)."""
 
     def __init__(self, problem: Problem, db: Database, target: Target, strategy: str, seed: int,
@@ -214,21 +215,6 @@ class _Session:
                            executor=executor or LocalExecutor())
         self.results: list[MeasureResult] = []
         self.seconds = 0.0
-
-    def run(self, budget: Budget) -> list[MeasureResult]:
-        """Measure up to the budget more candidates (the search goes on where it stopped)."""
-        start = time.perf_counter()
-        try:
-            self.tuner.budget = budget
-            result = self.tuner.run()
-            new = list(result.history[result.reused:])
-            self.results.extend(new)
-            return new
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    def tune(self, trials: int) -> list[MeasureResult]:
-        return self.run(Budget(trials=trials))
 
     def finish(self, confirm: int, rounds: int) -> ScheduledKernel:
         start = time.perf_counter()

@@ -43,6 +43,7 @@ from ..te.dtype import numpy_dtype
 from ..te.tensor import Tensor, graph
 from ..tuner import Budget, Tuner, TuningFailed
 from .measure import CheckSpec, SketchBuilder, SketchRunner, random_inputs, time_interleaved
+from .rounds import TunerRounds
 
 ATTENTION_VERSION = 3  # part of the workload key: records of another generator are not rebuilt
 
@@ -224,7 +225,7 @@ def build_attention(problem: AttentionProblem, config: Config, best_time: float,
     return kernel
 
 
-class AttentionSession:
+class AttentionSession(TunerRounds):
     """One attention kernel's search, resumable round by round (as `autoschedule.api._Session`)."""
 
     def __init__(self, problem: AttentionProblem, db: Database, target: Target, seed: int = 0, jobs: int = 2,
@@ -242,20 +243,6 @@ class AttentionSession:
                            batch_size=8, progress=progress, description=problem.name, executor=LocalExecutor())
         self.results: list[MeasureResult] = []
         self.seconds = 0.0
-
-    def run(self, budget: Budget) -> list[MeasureResult]:
-        start = time.perf_counter()
-        try:
-            self.tuner.budget = budget
-            result = self.tuner.run()
-            new = list(result.history[result.reused:])
-            self.results.extend(new)
-            return new
-        finally:
-            self.seconds += time.perf_counter() - start
-
-    def tune(self, trials: int) -> list[MeasureResult]:
-        return self.run(Budget(trials=trials))
 
     def finish(self, confirm: int = 4, rounds: int = 5) -> AttentionKernel:
         start = time.perf_counter()

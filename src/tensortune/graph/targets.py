@@ -105,16 +105,19 @@ class CpuSearch:
 
     def __init__(self, kernel: KernelGraph, db: Any, seed: int, jobs: int, timer: Any,
                  budget_hint: int | None, executor: Any = None) -> None:
-        from ..autoschedule.api import Problem
         from ..db import Target
 
         self.kernel = kernel
-        self.problem = Problem.of([kernel.output], args=list(kernel.placeholders) + [kernel.output],
-                                  name=f"kernel-{kernel.key}")
+        self.problem = self.make_problem(kernel)
         self.db, self.target = db, Target.cpu()
         self.seed, self.jobs, self.timer, self.budget_hint = seed, jobs, timer, budget_hint
         self.executor = executor
         self._session: Any = None
+
+    def make_problem(self, kernel: KernelGraph) -> Any:
+        from ..autoschedule.api import Problem
+        return Problem.of([kernel.output], args=list(kernel.placeholders) + [kernel.output],
+                          name=f"kernel-{kernel.key}")
 
     @property
     def flops(self) -> float:
@@ -173,28 +176,17 @@ def cpu_attention(graph: Graph, nodes: frozenset[int], cache: dict[str, str | No
     return ok
 
 
-class CpuAttentionSearch:
+class CpuAttentionSearch(CpuSearch):
     """One fused attention kernel's search (`autoschedule.attention`), round by round."""
 
     def __init__(self, kernel: KernelGraph, db: Any, seed: int, jobs: int, timer: Any,
                  budget_hint: int | None) -> None:
+        super().__init__(kernel, db, seed, jobs, timer, budget_hint)
+
+    def make_problem(self, kernel: KernelGraph) -> Any:
         from ..autoschedule.attention import AttentionProblem
-        from ..db import Target
-
-        self.kernel = kernel
-        self.problem = AttentionProblem.of(kernel.output, args=list(kernel.placeholders) + [kernel.output],
-                                           name=f"kernel-{kernel.key}")
-        self.db, self.target = db, Target.cpu()
-        self.seed, self.jobs, self.timer, self.budget_hint = seed, jobs, timer, budget_hint
-        self._session: Any = None
-
-    @property
-    def flops(self) -> float:
-        return self.problem.flops
-
-    @property
-    def workload(self) -> Any:
-        return self.problem.workload
+        return AttentionProblem.of(kernel.output, args=list(kernel.placeholders) + [kernel.output],
+                                   name=f"kernel-{kernel.key}")
 
     def recorded(self) -> Any:
         from ..autoschedule.attention import rebuild_attention
@@ -206,11 +198,6 @@ class CpuAttentionSearch:
             self._session = AttentionSession(self.problem, self.db, self.target, self.seed, self.jobs,
                                              timer=self.timer, expected_trials=self.budget_hint)
         return self._session.tune(trials)
-
-    def finish(self) -> Any:
-        if self._session is None:
-            return self.recorded()
-        return self._session.finish(4, 5)
 
     def step(self, built: Any, root: int, reads: tuple[int, ...], name: str) -> KernelStep:
         return native_step(built._fn, self.problem.args, root, reads, name)
