@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -116,13 +117,21 @@ def test_a_bad_model_spec_is_refused_with_what_is_wrong(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_worker_process_tunes_a_queued_model_for_a_users_compile(tmp_path, models_module):
+def test_a_worker_process_tunes_a_queued_model_under_a_renewed_lease_for_a_users_compile(tmp_path, models_module):
     store = str(tmp_path / "store.db")
     _enqueue_mlp(store, models_module, trials=3)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, str(tmp_path)]), "TENSORTUNE_PROGRESS": "0"}
-    worker = subprocess.run([sys.executable, "-m", "tensortune.cli.main", "--db", store, "worker", "--jobs", "1",
-                             "--exit-when-idle"], env=env, capture_output=True, text=True, timeout=600)
-    assert worker.returncode == 0 and "1 job(s), 1 done" in worker.stdout, (worker.stdout, worker.stderr)
-    (job,) = JobQueue(Database(store)).list()
-    assert job.status == "done" and job.trials_done >= 2, job
+    worker = subprocess.Popen([sys.executable, "-m", "tensortune.cli.main", "--db", store, "worker", "--jobs", "1",
+                               "--lease", "1", "--exit-when-idle"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    q, renewed = JobQueue(Database(store)), False
+    while worker.poll() is None:  # the compile outlasts a third of the lease: the heartbeat must renew it
+        job = q.list()[0]
+        renewed |= job.status == "running" and job.lease_expires > job.started_at + 1.05
+        time.sleep(0.05)
+    out, err = worker.communicate(timeout=600)
+    assert worker.returncode == 0 and "1 job(s), 1 done" in out, (out, err)
+    (job,) = q.list()
+    assert job.status == "done" and job.attempts == 1 and job.trials_done >= 2, job
+    assert renewed
     _compile_from_records(store, models_module)

@@ -5,7 +5,9 @@ claims; a worker that finds its job taken by another (its lease ran out) stops t
 it. `interrupt()` (SIGTERM, Ctrl-C) ends the search after the candidates in flight and
 queues the job again. A worker that dies leaves its job and claims to expire: another worker takes the
 job again and resumes from the store (every measurement is recorded the moment it
-exists, and the budget counts what earlier attempts measured).
+exists, and the budget counts what earlier attempts measured). A job of a kind that
+tunes itself (a whole model's compile, `JobKind.run`) is one unit of work under the
+job's lease: the heartbeat renews it, and an interrupt lets the compile finish.
 
 Example:
     >>> from tensortune.db import Database
