@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..fleet import JobQueue, Worker, check_spec, job_savings
-from ..fleet.kinds import JOB_KINDS, describe
+from ..fleet.kinds import JOB_KINDS, check_budget, describe
 from ..progress import format_time
 from ..search import strategy_names
 from ..tuner import Budget
@@ -40,6 +40,10 @@ def _job(kind: str, spec: Any, budget: Any, strategy: str, where: str) -> tuple[
         if not isinstance(budget, dict):
             raise ValueError(f"a budget is a JSON object such as {{\"trials\": 32}}, got {budget!r}")
         Budget.of(budget)
+        check_budget(kind, budget)
+        if JOB_KINDS[kind].run is not None and strategy != "auto":
+            raise ValueError(f"a {kind} job's kernels are searched by its compile's own strategies; "
+                             f"leave --strategy at auto, got {strategy!r}")
         if strategy not in strategy_names():
             raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(strategy_names())}")
     except ValueError as exc:
@@ -60,7 +64,8 @@ def _job(kind: str, spec: Any, budget: Any, strategy: str, where: str) -> tuple[
 def queue_add(ctx: click.Context, kind: str | None, spec: str | None, db_path: str | None, trials: int | None,
               seconds: float | None, strategy: str, from_file: str | None) -> None:
     """Queue a job: KIND and SPEC, its JSON (c_matmul: {"m": 512, "n": 512, "k": 512}; te_cpu:
-    {"workload": "matmul", "args": [256, 256, 256]}; see docs/fleet.md);
+    {"workload": "matmul", "args": [256, 256, 256]}; model: {"factory": "mypkg.models:small_mlp",
+    "inputs": ["4x64:float32"], "target": "cpu"}; see docs/fleet.md);
     or many with --from. A job already queued or running is not queued twice."""
     if (kind is None) == (from_file is None):
         raise click.UsageError("give KIND and SPEC, or --from FILE")
@@ -118,8 +123,8 @@ def queue_list(ctx: click.Context, db_path: str | None, status: str | None, as_j
         table.add_column(col)
     for j, s in rows:
         planned = j.budget.get("trials", "-")
-        table.add_row(str(j.id), escape(describe(j.kind, j.spec)), escape(j.status + (f" ({j.message[:60]})"
-                      if j.status == "failed" else "")), escape(j.owner), f"{j.trials_done}/{planned}",
+        table.add_row(str(j.id), escape(describe(j.kind, j.spec)), escape(j.status + _status_note(j)),
+                      escape(j.owner), f"{j.trials_done}/{planned}",
                       format_time(s.baseline) if s.baseline else "-", format_time(s.best) if s.best else "-",
                       f"{s.speedup:.2f}x" if s.speedup else "-")
     console.print(table)
@@ -129,6 +134,16 @@ def queue_list(ctx: click.Context, db_path: str | None, status: str | None, as_j
     if found:
         summary += f"; time saved against the defaults: {sum(s.saved for s in found) / len(found):.1%} on average"
     click.echo(summary)
+
+
+def _status_note(job: Any) -> str:
+    """Why a job failed; for a done job of a kind that tunes itself (a model), what it did."""
+    if job.status == "failed":
+        return f" ({job.message[:60]})"
+    kind = JOB_KINDS.get(job.kind)
+    if job.status == "done" and kind is not None and kind.run is not None and "; " in job.message:
+        return f" ({job.message.split('; ', 1)[1][:60]})"
+    return ""
 
 
 @click.command("worker")

@@ -12,51 +12,17 @@ user's machine measure nothing.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import click
 
+from ..model_inputs import load_model, make_input, parse_input, tensors_device  # noqa: F401 - re-exported
 from .common import db_option, executor_errors, executor_options, print_json, resolve_db_path
 
 
 @click.group("model")
 def model_group() -> None:
     """Compile and tune whole PyTorch models."""
-
-
-def parse_input(text: str) -> tuple[tuple[int, ...], str, tuple[int, int]]:
-    """`2x128:int64:0-1000` -> ((2, 128), "int64", (0, 1000)); dtype defaults to float32."""
-    parts = text.split(":")
-    try:
-        shape = tuple(int(s) for s in parts[0].lower().split("x") if s)
-    except ValueError:
-        raise ValueError(f"--input {text!r}: the shape must be numbers joined by x, e.g. 2x128") from None
-    if not shape or any(s <= 0 for s in shape):
-        raise ValueError(f"--input {text!r}: the shape must be positive numbers")
-    dtype = parts[1] if len(parts) > 1 and parts[1] else "float32"
-    low, high = 0, 100
-    if len(parts) > 2:
-        try:
-            low, high = (int(v) for v in parts[2].split("-"))
-        except ValueError:
-            raise ValueError(f"--input {text!r}: the range must be LOW-HIGH, e.g. 0-50257") from None
-        if high <= low:
-            raise ValueError(f"--input {text!r}: the range is empty")
-    return shape, dtype, (low, high)
-
-
-def make_input(spec: tuple[tuple[int, ...], str, tuple[int, int]], device: str) -> Any:
-    import torch
-    shape, dtype, (low, high) = spec
-    dt = getattr(torch, dtype, None)
-    if not isinstance(dt, torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}")
-    if dt.is_floating_point:
-        return torch.randn(shape, device=device).to(dt)
-    if dt == torch.bool:
-        return torch.rand(shape, device=device) < 0.5
-    return torch.randint(low, high, shape, device=device, dtype=dt)
 
 
 @model_group.command("tune")
@@ -75,38 +41,29 @@ def make_input(spec: tuple[tuple[int, ...], str, tuple[int, int]], device: str) 
               help="Write the records of every kernel of the model to this JSON-lines file.")
 @db_option
 @executor_options
+@click.option("--enqueue", is_flag=True,
+              help="Queue the model as a fleet job in the store instead of tuning it here; `tensortune worker` "
+                   "processes tune it (docs/fleet.md). Needs --target and --budget.")
 @click.option("--json", "as_json", is_flag=True, help="Print the compile report as JSON.")
 @click.pass_context
 def model_tune(ctx: click.Context, factory: str, inputs: tuple[str, ...], target: str | None, budget: int | None,
                retune: bool, prologues: str, export_path: str | None, db_path: str | None, executor: str,
-               ray_address: str | None, as_json: bool) -> None:
-    """Import FACTORY (MODULE:NAME or FILE.py:NAME), compile its model for the inputs and tune it."""
+               ray_address: str | None, enqueue: bool, as_json: bool) -> None:
+    """Import FACTORY (MODULE:NAME or FILE.py:NAME), compile its model for the inputs and tune it
+    (or, with --enqueue, queue it for the fleet's workers)."""
+    if enqueue:
+        _enqueue(ctx, factory, inputs, target, budget, prologues, db_path,
+                 {"--retune": retune, "--export": export_path, "--executor ray": executor != "local", "--json": as_json})
+        return
     try:
         import torch
     except ImportError:
         raise click.ClickException("tensortune model needs PyTorch: pip install 'tensortune[torch]'") from None
-    from ..frontends.triton.offline import load_object
     from ..graph import compile as compile_model
 
     device = target or ("cuda" if torch.cuda.is_available() else "cpu")
-    # the GPU target under Triton's interpreter (TRITON_INTERPRET=1) runs on CPU tensors
-    tensors_on = "cpu" if device in ("cuda", "gpu") and os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") \
-        else device
     try:
-        specs = [parse_input(text) for text in inputs]
-        make = load_object(factory)
-        if not callable(make):
-            raise TypeError(f"FACTORY {factory!r} is a {type(make).__name__}, not a function that returns a model")
-        made = make()
-        model, examples = (made[0], list(made[1])) if isinstance(made, (tuple, list)) else (made, None)
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"FACTORY {factory!r} returned a {type(model).__name__}, not a torch.nn.Module")
-        if examples is None:
-            if not specs:
-                raise ValueError("FACTORY returned a model alone: describe its inputs with --input")
-            examples = [make_input(spec, tensors_on) for spec in specs]
-        model = model.to(tensors_on).eval()
-        examples = [x.to(tensors_on) if isinstance(x, torch.Tensor) else x for x in examples]
+        model, examples = load_model(factory, inputs, tensors_device(device))
     except (ValueError, ImportError, AttributeError, FileNotFoundError, TypeError) as exc:
         raise click.ClickException(str(exc)) from exc
     db = str(resolve_db_path(db_path or (ctx.obj or {}).get("db_path")))
@@ -126,3 +83,29 @@ def model_tune(ctx: click.Context, factory: str, inputs: tuple[str, ...], target
         click.echo(report.table())
     if exported is not None:
         click.echo(f"exported {exported} records to {export_path}")
+
+
+def _enqueue(ctx: click.Context, factory: str, inputs: tuple[str, ...], target: str | None, budget: int | None,
+             prologues: str, db_path: str | None, unsupported: dict[str, Any]) -> None:
+    """Queue a `model` job (checked as a worker will check it) instead of tuning here."""
+    from ..fleet import JobQueue, check_spec
+    from ..fleet.kinds import describe
+    from .common import open_database
+
+    given = [name for name, value in unsupported.items() if value]
+    if given:
+        raise click.UsageError(f"--enqueue queues the model for the fleet's workers; {', '.join(given)} "
+                               "apply to tuning here")
+    if target is None:
+        raise click.UsageError("--enqueue needs --target cpu or cuda: the device the workers tune the model for")
+    if budget is None:
+        raise click.UsageError("--enqueue needs --budget: the trials the workers spend on the whole model")
+    spec: dict[str, Any] = {"factory": factory, "inputs": list(inputs), "target": target}
+    if prologues != "measure":
+        spec["prologues"] = prologues
+    try:
+        spec = check_spec("model", spec)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    job_id = JobQueue(open_database(ctx, db_path)).enqueue("model", spec, {"trials": budget}, "auto")
+    click.echo(f"job {job_id}: {describe('model', spec)}, {budget} trials; queued for `tensortune worker`")

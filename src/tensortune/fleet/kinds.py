@@ -23,6 +23,7 @@ from typing import Any
 from ..db import Target, Workload
 from ..measure import Builder, Runner
 from ..space import Config, Space
+from .model_job import check_model_budget, check_model_spec, describe_model, tune_model
 
 
 @dataclass
@@ -45,9 +46,15 @@ class Tuning:
 
 @dataclass(frozen=True)
 class JobKind:
+    """A kind is either tuned by the ordinary loop (`make` gives its `Tuning`), or is one
+    unit of work that tunes itself (`run`: checked spec, budget, store, build processes ->
+    a result with `trials` and `summary()`, as the `model` kind's compile)."""
+
     check: Callable[[dict[str, Any]], dict[str, Any]]
-    make: Callable[[dict[str, Any], int | None], Tuning]  # (checked spec, build processes)
+    make: Callable[[dict[str, Any], int | None], Tuning] | None  # (checked spec, build processes)
     describe: Callable[[dict[str, Any]], str]
+    run: Callable[[dict[str, Any], dict[str, Any], Any, int | None], Any] | None = None
+    check_budget: Callable[[dict[str, Any]], Any] | None = None  # a kind's own rules for a job's budget
 
 
 JOB_KINDS: dict[str, JobKind] = {}
@@ -67,7 +74,18 @@ def check_spec(kind: str, spec: Any) -> dict[str, Any]:
 
 
 def make_tuning(kind: str, spec: Any, jobs: int | None = None) -> Tuning:
-    return JOB_KINDS[kind].make(check_spec(kind, spec), jobs)
+    checked = check_spec(kind, spec)
+    make = JOB_KINDS[kind].make
+    if make is None:
+        raise ValueError(f"a {kind} job is not tuned by the ordinary loop")
+    return make(checked, jobs)
+
+
+def check_budget(kind: str, budget: dict[str, Any]) -> None:
+    """A ValueError when `budget` does not suit jobs of `kind` (beyond what `Budget` checks)."""
+    rule = JOB_KINDS[kind].check_budget if kind in JOB_KINDS else None
+    if rule is not None:
+        rule(budget)
 
 
 def describe(kind: str, spec: dict[str, Any]) -> str:
@@ -139,3 +157,12 @@ def _make_te_cpu(spec: dict[str, Any], jobs: int | None) -> Tuning:
 
 register_job_kind("te_cpu", JobKind(_check_te_cpu, _make_te_cpu,
                                     lambda s: f"te {s['workload']}{tuple(s['args'])} on the CPU"))
+
+
+# ---- whole PyTorch models, compiled by `tensortune.compile` (model_job.py) -----------------
+def _run_model(spec: dict[str, Any], budget: dict[str, Any], db: Any, jobs: int | None) -> Any:
+    return tune_model(spec, check_model_budget(budget), db, jobs)
+
+
+register_job_kind("model", JobKind(check_model_spec, None, describe_model, run=_run_model,
+                                   check_budget=check_model_budget))

@@ -5,7 +5,9 @@ claims; a worker that finds its job taken by another (its lease ran out) stops t
 it. `interrupt()` (SIGTERM, Ctrl-C) ends the search after the candidates in flight and
 queues the job again. A worker that dies leaves its job and claims to expire: another worker takes the
 job again and resumes from the store (every measurement is recorded the moment it
-exists, and the budget counts what earlier attempts measured).
+exists, and the budget counts what earlier attempts measured). A job of a kind that
+tunes itself (a whole model's compile, `JobKind.run`) is one unit of work under the
+job's lease: the heartbeat renews it, and an interrupt lets the compile finish.
 
 Example:
     >>> from tensortune.db import Database
@@ -28,7 +30,7 @@ from ..measure import MeasureResult, NullBuilder
 from ..search import create_strategy
 from ..tuner import Budget, Tuner
 from .claims import CandidateClaims, ClaimingStrategy
-from .kinds import Tuning, make_tuning
+from .kinds import JOB_KINDS, JobKind, Tuning, check_budget, check_spec, make_tuning
 from .queue import Job, JobQueue
 
 
@@ -85,6 +87,9 @@ class Worker:
         if self.stopping.is_set():
             self.queue.give_back(job.id, self.owner)
             return JobOutcome(job.id, "interrupted", 0, "the worker was stopped; queued again")
+        kind = JOB_KINDS.get(job.kind)
+        if kind is not None and kind.run is not None:
+            return self._run_whole(job, kind)
         try:
             tuning = make_tuning(job.kind, job.spec, self.jobs)
             budget = Budget.of(job.budget)
@@ -125,6 +130,45 @@ class Worker:
             tuning.close()
             claims.release()
 
+    def _run_whole(self, job: Job, kind: JobKind) -> JobOutcome:
+        """A job that tunes itself (a whole model's compile): one unit of work under the
+        job's lease, which the heartbeat renews; its measurements are recorded as it goes,
+        and the trials it measured are counted when it ends."""
+        try:
+            spec = check_spec(job.kind, job.spec)
+            check_budget(job.kind, job.budget)
+            Budget.of(job.budget)
+            if job.strategy != "auto":
+                raise ValueError(f"a {job.kind} job's kernels are searched by its compile's own strategies; "
+                                 f"its strategy must be auto, not {job.strategy!r}")
+        except (ValueError, TypeError) as exc:
+            self.queue.finish(job.id, self.owner, "failed", str(exc))
+            return JobOutcome(job.id, "failed", 0, str(exc))
+        assert kind.run is not None
+        lost, finished = threading.Event(), threading.Event()
+        done = [job.trials_done]
+        beat = threading.Thread(target=self._heartbeat, args=(job, None, lost, done, finished), daemon=True)
+        beat.start()
+        try:
+            result = kind.run(spec, job.budget, self.db, self.jobs)
+            if lost.is_set():
+                return JobOutcome(job.id, "lost", result.trials, "its lease expired and another worker took it")
+            done[0] = job.trials_done + result.trials
+            self.queue.renew(job.id, self.owner, self.lease_seconds, done[0])
+            message = f"{result.trials} measured by {self.owner}; {result.summary()}"
+            self.queue.finish(job.id, self.owner, "done", message)
+            return JobOutcome(job.id, "done", result.trials, message)
+        except Exception as exc:  # noqa: BLE001 - the job fails with why; the worker goes on
+            message = f"{type(exc).__name__}: {exc}"
+            self.queue.finish(job.id, self.owner, "failed", message)
+            return JobOutcome(job.id, "failed", 0, message)
+        except BaseException:
+            self.queue.give_back(job.id, self.owner)  # interrupted: queued again at once
+            raise
+        finally:
+            finished.set()
+            beat.join()
+
     def _tune(self, job: Job, tuning: Tuning, budget: Budget, claims: CandidateClaims, lost: threading.Event,
               done: list[int]) -> tuple[int, int]:
         """Measure the default first (what savings are measured against), then tune with the
@@ -152,7 +196,7 @@ class Worker:
               budget=Budget(trials=remaining, seconds=budget.seconds, free_rejections=budget.free_rejections)).run()
         return done[0] - first, strategy.told_from_others
 
-    def _heartbeat(self, job: Job, claims: CandidateClaims, lost: threading.Event, done: list[int],
+    def _heartbeat(self, job: Job, claims: CandidateClaims | None, lost: threading.Event, done: list[int],
                    finished: threading.Event) -> None:
         """Renew the job's lease and the claims every third of a lease; a store that cannot
         be reached for a whole lease means the job may be another's by now: stop."""
@@ -163,7 +207,8 @@ class Worker:
                     lost.set()
                     self._halt.set()
                     return
-                claims.renew()
+                if claims is not None:
+                    claims.renew()
                 last = time.monotonic()
             except DatabaseError as exc:
                 self.log(f"job {job.id}: cannot renew its lease ({exc})")
