@@ -85,7 +85,6 @@ def bench(name: str, args, rng: np.random.Generator) -> dict:
     def ours() -> None:
         fn(*ptrs)
 
-    extra = {"attn_mask": x["mask"]} if "mask" in x else {}
     gqa = {"enable_gqa": True} if kvh not in (None, h) else {}
 
     def sdpa(q, k, v, m=None):

@@ -12,7 +12,7 @@ import pytest
 
 from tensortune.db import Database, Target, Workload
 from tensortune.distributed import RayExecutor
-from tensortune.measure import BuildResult, CallableRunner, IsolatedCallableRunner, NullBuilder, RemoteBuild, Timer
+from tensortune.measure import BuildResult, CallableRunner, IsolatedCallableRunner, RemoteBuild, Timer
 from tensortune.space import Space
 from tensortune.tuner import Tuner
 

@@ -431,7 +431,7 @@ def generate_attention_c(plan: AttentionPlan, config: Mapping[str, Any], args: S
               "        const int m0 = i0 + i;",
               *[f"        const {_c_value_type(e.dtype)} {v.name} = {em(m='m0').text(e)};" for v, e in per_row],
               *[f"        int {v.name}[{bnp}] __attribute__((aligned(64)));" for v, _ in per_score],
-              *([f"        for (int j = 0; j < nj; ++j) {{ const int n0 = j0 + j; "
+              *(["        for (int j = 0; j < nj; ++j) { const int n0 = j0 + j; "
                  + " ".join(f"{v.name}[j] = {em(m='m0', n='n0').with_names({w: w.name for w, _ in per_row}).text(e)};"
                             for v, e in per_score) + " }"] if per_score else []),
               "        if (whole) {",
