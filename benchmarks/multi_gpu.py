@@ -21,12 +21,19 @@ Two parts, one table printed last, one JSON:
    configuration for every shape, and the time to the last rank's first launches
    against one rank tuning alone (a single process, no process group).
 
-`--dry-run` runs both parts on the CPU (Triton's interpreter, tiny shapes and grid, a
+3. **A whole model's tasks** (`--model`, on the GPU GPT-2 124M at 1 x 1024 tokens in
+   fp16): `tensortune.compile(..., executor=RayExecutor(...))` from an empty records store
+   at each size, the task scheduler running the rounds of several tasks at once so every
+   GPU's actor is busy. Reported: tuning wall time, trials per minute, scaling, and the
+   compiled model's latency (CUDA events) against the one-GPU run's.
+
+`--dry-run` runs every part on the CPU (Triton's interpreter, tiny shapes and grid, a
 local Ray cluster whose "devices" are CPU measurement slots, gloo): the code paths of the
 GPU run, not its speed.
 
 Usage (from the repository root):
     GPU host:  python benchmarks/multi_gpu.py --gpus 1,2 --json $OUT/multi_gpu.json
+               python benchmarks/multi_gpu.py --gpus 1,2,4 --no-ray --no-ranks --model --json $OUT/m.json
     CPU:       TRITON_INTERPRET=1 python benchmarks/multi_gpu.py --dry-run --json multi_gpu_dry.json
 """
 
@@ -131,6 +138,82 @@ def tune_shape(executor, shape: str, grid: dict, trials: int | None, seed: int, 
     return {"shape": shape, "trials": result.trials, "seconds": result.seconds, "failures": result.failures,
             "environment_failures": result.environment_failures,
             "best_config": best.config.as_dict() if best else None, "best_time": best.time if best else None}
+
+
+def _model(cuda: bool):
+    """(model, inputs): GPT-2 124M (1 x 1024 tokens, fp16) on the GPU, a small MLP in the dry run."""
+    import torch
+
+    if cuda:
+        from models import hf_models
+        model, inputs, _ = hf_models("full", "cuda")["gpt2"]()
+        return model, inputs
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32)).eval()
+    return model, [torch.randn(16, 32)]
+
+
+def _latency_ms(fn, inputs, cuda: bool, calls: int = 50) -> float:
+    import statistics
+
+    import torch
+
+    times = []
+    with torch.no_grad():
+        for _ in range(5):
+            if cuda:
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                for _ in range(calls):
+                    fn(*inputs)
+                end.record()
+                torch.cuda.synchronize()
+                times.append(begin.elapsed_time(end) / calls)
+            else:
+                start = time.perf_counter()
+                fn(*inputs)
+                times.append(1e3 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+def model_part(args: argparse.Namespace, cuda: bool, out: dict) -> None:
+    import torch
+
+    import tensortune
+    from tensortune.distributed import RayExecutor
+    from tensortune.distributed.local_cluster import LocalCluster
+    from tensortune.frontends.triton.target import current_target
+
+    model, inputs = _model(cuda)
+    with torch.no_grad():
+        want = model(*inputs).last_hidden_state.float() if cuda else model(*inputs).float()
+    for g in [int(x) for x in args.gpus.split(",")]:
+        scratch = tempfile.mkdtemp(prefix="tt-multigpu-model-")
+        cluster = LocalCluster(workers=1, cpus_per_worker=args.cpus_per_node or g + 2, slots=g,
+                               gpus_per_worker=g if cuda else 0, extra_targets=(current_target(not cuda),),
+                               python_path=(HERE,)).start()
+        try:
+            with RayExecutor(cluster.address, measure_gpus=1 if cuda else 0) as executor:
+                torch._dynamo.reset()
+                start = time.perf_counter()
+                fast = tensortune.compile(model, inputs, target="cuda", budget=args.model_budget,
+                                          db=os.path.join(scratch, "m.db"), progress=False, executor=executor,
+                                          seed=args.seed)
+                wall = time.perf_counter() - start
+        finally:
+            cluster.stop()
+        with torch.no_grad():
+            got = fast(*inputs)
+        got = (got.last_hidden_state if cuda else got).float()
+        error = float((got - want).norm() / want.norm())
+        trials = sum(t.trials for t in fast.report.tasks)
+        row = {"wall_seconds": wall, "tuning_seconds": fast.tuning_seconds, "trials": trials,
+               "per_minute": 60 * trials / fast.tuning_seconds, "tasks": len(fast.report.tasks),
+               "latency_ms": _latency_ms(fast, inputs, cuda), "relative_error": error}
+        out["model"][str(g)] = row
+        print(f"  {g} device(s): {len(fast.report.tasks)} tasks, {trials} trials in {fast.tuning_seconds:.1f} s of "
+              f"tuning ({row['per_minute']:.0f}/min); model {row['latency_ms']:.3f} ms, error {error:.1e}", flush=True)
+        _write(args.json, out)
 
 
 def ray_part(args: argparse.Namespace, cuda: bool, shapes: list[str], grid: dict, out: dict) -> None:
@@ -258,6 +341,12 @@ def table(out: dict) -> list[dict]:
                      "same_winners": [m["best_config"] for m in r["shapes"]] == [b["best_config"] for b in one["shapes"]]
                      if one else None,
                      "lost": sum(s["environment_failures"] for s in r["shapes"])})
+    first = out.get("model", {}).get("1")
+    for g, r in out.get("model", {}).items():
+        rows.append({"part": "a model's tasks on Ray", "n": int(g), "seconds": r["tuning_seconds"],
+                     "per_minute": r["per_minute"],
+                     "scaling": r["per_minute"] / (int(g) * first["per_minute"]) if first else None,
+                     "quality": r["latency_ms"] / first["latency_ms"] if first else None})
     alone = out.get("ranks", {}).get("1")
     for w, r in out.get("ranks", {}).items():
         rows.append({"part": "ranks agree (autotune)", "n": int(w), "seconds": r["seconds"],
@@ -285,6 +374,9 @@ def main() -> None:
     parser.add_argument("--cpus-per-node", type=int, default=None, help="CPUs of the Ray node (default: devices + 2)")
     parser.add_argument("--no-ray", action="store_true")
     parser.add_argument("--no-ranks", action="store_true")
+    parser.add_argument("--model", action="store_true", help="also tune a whole model's tasks at each size")
+    parser.add_argument("--model-budget", type=int, default=None,
+                        help="trials for the model (default: tensortune.compile's, 32 per task)")
     parser.add_argument("--dry-run", action="store_true", help="on the CPU: interpreter, tiny shapes and grid, gloo")
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None)
@@ -311,10 +403,13 @@ def main() -> None:
                              "torch": torch.__version__},
                  "dry_run": not cuda, "args": vars(args), "shapes": shapes,
                  "grid": {k: list(v) for k, v in grid.items()},
-                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "ray": {}, "ranks": {}}
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "ray": {}, "ranks": {}, "model": {}}
     if not args.no_ray:
         print(f"Ray part: devices {args.gpus}, shapes {shapes}, trials per shape {args.trials or 'all'}", flush=True)
         ray_part(args, cuda, shapes, grid, out)
+    if args.model:
+        print(f"a model's tasks on Ray: devices {args.gpus}", flush=True)
+        model_part(args, cuda, out)
     if not args.no_ranks:
         print(f"rank agreement: 1 and {args.ranks} ranks ({'nccl' if cuda else 'gloo'})", flush=True)
         ranks_part(args, cuda, shapes, grid, out)

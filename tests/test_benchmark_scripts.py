@@ -299,6 +299,21 @@ def test_multi_gpu_benchmark_dry_run_scales_out_and_its_ranks_agree(tmp_path):
 
 
 @pytest.mark.slow
+def test_multi_gpu_benchmark_dry_run_tunes_a_models_tasks_on_the_cluster(tmp_path):
+    """benchmarks/multi_gpu.py --model --dry-run: a model compiled with its kernels built and
+    measured on a real local Ray cluster (Triton's interpreter), checked against eager."""
+    out = tmp_path / "multi_gpu_model.json"
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "multi_gpu.py"), "--dry-run", "--gpus", "1",
+               "--no-ray", "--no-ranks", "--model", "--model-budget", "2", "--json", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = json.loads(out.read_text())["model"]["1"]
+    assert row["tasks"] >= 2 and row["trials"] >= row["tasks"] and row["relative_error"] < 1e-3
+    assert row["latency_ms"] > 0 and "a model's tasks on Ray" in done.stdout.splitlines()[-1]
+
+
+@pytest.mark.slow
 def test_ray_scaling_benchmark_runs_both_workloads_on_a_one_node_cluster(tmp_path):
     """benchmarks/ray_scaling.py at its smallest: a real one-node Ray cluster, the demo's C
     template and the conv2d auto-scheduler workload, Ray against local, nothing lost."""
