@@ -27,7 +27,7 @@ from test_te_triton_conv import depthwise_nhwc, grouped_conv_nchw  # noqa: E402
 CASES = [
     ("depthwise-nchw", lambda: workloads.depthwise_conv2d_nchw(32, 256, 56, 56, 3, 3, 1, 1, "float16").output,
      {"BLOCK_P": 1024, "BLOCK_C": 2, "num_warps": 8}),
-    ("grouped-fma-nchw", lambda: grouped_conv_nchw(32, 256, 56, 56, 256, 32, bias_relu=True),
+    ("grouped-fma-nchw", lambda: grouped_conv_nchw(32, 256, 56, 56, 256, 64, bias_relu=True),
      {"BLOCK_P": 256, "BLOCK_C": 4, "num_warps": 4, "num_stages": 2}),
     ("depthwise-nhwc", lambda: depthwise_nhwc(32, 56, 56, 256), {"BLOCK_P": 32, "BLOCK_C": 64, "num_warps": 4}),
     ("grouped-dot", lambda: grouped_conv_nchw(32, 256, 28, 28, 256, 8),
