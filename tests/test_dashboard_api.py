@@ -244,11 +244,19 @@ def test_the_database_may_be_named_before_the_command(tmp_path, db):
     assert "conv@" in result.output and out.exists()
 
 
+def _ctrl_c_as_from_a_shell() -> None:
+    """The child starts with SIGINT delivered and not ignored, as from a terminal, whatever
+    the test process inherited or earlier tests left (both survive exec)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_the_dashboard_process_serves_until_ctrl_c(db):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1] / "src"),
                                                          os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen([sys.executable, "-m", "tensortune.cli.main", "dashboard", "--db", str(db.path),
-                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               preexec_fn=_ctrl_c_as_from_a_shell)
     try:
         line = process.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
