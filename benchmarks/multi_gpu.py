@@ -56,6 +56,9 @@ if HERE not in sys.path:
 
 DRY_SHAPES = ["16x16x16", "32x16x16", "16x32x16", "32x32x16"]
 DRY_GRID = dict(BLOCK_M=(16, 32), BLOCK_N=(16, 32), BLOCK_K=(16,), num_stages=(3,), num_warps=(1, 2))
+# the warm-up's configurations: two stages, which no measured grid has, so that nothing the
+# warm-up compiles is found again in a worker's Triton cache by the measured runs
+WARM_GRID = dict(BLOCK_M=(32, 64), BLOCK_N=(64,), BLOCK_K=(32,), num_stages=(2,), num_warps=(4,))
 _STATE: dict = {}
 
 
@@ -189,7 +192,7 @@ def model_part(args: argparse.Namespace, cuda: bool, out: dict) -> None:
         want = model(*inputs).last_hidden_state.float() if cuda else model(*inputs).float()
     for g in [int(x) for x in args.gpus.split(",")]:
         scratch = tempfile.mkdtemp(prefix="tt-multigpu-model-")
-        cluster = LocalCluster(workers=1, cpus_per_worker=args.cpus_per_node or g + 2, slots=g,
+        cluster = LocalCluster(workers=1, cpus_per_worker=node_cpus(args, g, cuda), slots=g,
                                gpus_per_worker=g if cuda else 0, extra_targets=(current_target(not cuda),),
                                python_path=(HERE,)).start()
         try:
@@ -216,27 +219,52 @@ def model_part(args: argparse.Namespace, cuda: bool, out: dict) -> None:
         _write(args.json, out)
 
 
+def tune_shapes(executor, shapes: list[str], grid: dict, trials: int | None, seed: int, cuda: bool, db: str,
+                at_once: bool) -> list[dict]:
+    """Each shape's tuning run, all at once (a thread each, sharing the executor's actors, as
+    the task scheduler runs several tasks' rounds) or one after another."""
+    if not at_once:
+        return [tune_shape(executor, s, grid, trials, seed, cuda, db) for s in shapes]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(shapes), thread_name_prefix="shape") as pool:
+        return list(pool.map(lambda s: tune_shape(executor, s, grid, trials, seed, cuda, db), shapes))
+
+
+def node_cpus(args: argparse.Namespace, devices: int, cuda: bool) -> int:
+    """CPUs of the Ray node holding `devices` GPUs: `--cpus-per-node`, else the host's share
+    of each GPU (`--cpus-per-gpu`, at most the host's cores less two), or devices + 2 on the CPU."""
+    if args.cpus_per_node:
+        return args.cpus_per_node
+    if not cuda:
+        return devices + 2
+    return max(devices + 2, min((os.cpu_count() or 4) - 2, args.cpus_per_gpu * devices))
+
+
 def ray_part(args: argparse.Namespace, cuda: bool, shapes: list[str], grid: dict, out: dict) -> None:
     from tensortune.distributed import RayExecutor
     from tensortune.distributed.local_cluster import LocalCluster
 
+    at_once = not args.one_shape_at_a_time
     for g in [int(x) for x in args.gpus.split(",")]:
         scratch = tempfile.mkdtemp(prefix="tt-multigpu-")
-        cluster = LocalCluster(workers=1, cpus_per_worker=args.cpus_per_node or g + 2, slots=g,
+        cluster = LocalCluster(workers=1, cpus_per_worker=node_cpus(args, g, cuda), slots=g,
                                gpus_per_worker=g if cuda else 0, python_path=(HERE,)).start()
         try:
             with RayExecutor(cluster.address, measure_gpus=1 if cuda else 0) as executor:
-                # warm-up: the actors start (and import torch) before the clock starts
-                tune_shape(executor, shapes[0], grid, 2 * g, 999, cuda, os.path.join(scratch, "warm.db"))
+                # warm-up: the actors start their workers (import torch, a CUDA context) before
+                # the clock starts, as many workers as the measured runs will use at once
+                tune_shapes(executor, shapes if at_once else shapes[:1], WARM_GRID, None, 999, cuda,
+                            os.path.join(scratch, "warm.db"), at_once)
                 start = time.perf_counter()
-                rows = [tune_shape(executor, s, grid, args.trials, args.seed, cuda, os.path.join(scratch, "t.db"))
-                        for s in shapes]
+                rows = tune_shapes(executor, shapes, grid, args.trials, args.seed, cuda,
+                                   os.path.join(scratch, "t.db"), at_once)
                 wall = time.perf_counter() - start
         finally:
             cluster.stop()
         trials = sum(r["trials"] for r in rows)
         out["ray"][str(g)] = {"wall_seconds": wall, "trials": trials, "per_minute": 60 * trials / wall,
-                              "shapes": rows}
+                              "shapes_at_once": at_once, "shapes": rows}
         print(f"  {g} device(s): {trials} measured in {wall:.1f} s ({60 * trials / wall:.0f}/min)", flush=True)
         _write(args.json, out)
 
@@ -371,7 +399,12 @@ def main() -> None:
     parser.add_argument("--rank-budget", type=int, default=None, help="candidates per shape for rank 0's tuning")
     parser.add_argument("--shapes", default=None, help="MxNxK,... (default: triton_matmul.py's four)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cpus-per-node", type=int, default=None, help="CPUs of the Ray node (default: devices + 2)")
+    parser.add_argument("--cpus-per-node", type=int, default=None,
+                        help="CPUs of the Ray node (default: --cpus-per-gpu for each GPU; devices + 2 on the CPU)")
+    parser.add_argument("--cpus-per-gpu", type=int, default=15,
+                        help="the host's cores each GPU brings to the node, for builds (default 15)")
+    parser.add_argument("--one-shape-at-a-time", action="store_true",
+                        help="tune the shapes one after another (default: all at once, sharing the actors)")
     parser.add_argument("--no-ray", action="store_true")
     parser.add_argument("--no-ranks", action="store_true")
     parser.add_argument("--model", action="store_true", help="also tune a whole model's tasks at each size")

@@ -145,6 +145,8 @@ def main() -> None:
     parser.add_argument("--conv-trials", type=int, default=None,
                         help="candidates measured per run of conv (default: --trials)")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved repetitions of each pair of runs")
+    parser.add_argument("--local-nodes", default=None,
+                        help="cluster sizes at which the local executor runs too (default: every size)")
     parser.add_argument("--size", type=int, default=64, help="M = N = K of demo64 (small: compile-bound)")
     parser.add_argument("--triton", action="store_true", help="run the Triton part without CUDA (interpreter)")
     parser.add_argument("--no-triton", action="store_true", help="skip the Triton part even with CUDA")
@@ -175,8 +177,10 @@ def main() -> None:
           f"{'scaling':>8s} {'steady':>7s} {'st.scal':>7s} {'first s':>11s} {'driver ms':>11s} {'compile s':>9s} "
           f"{'lost':>4s}")
     for row in table:
-        print(f"{row['workload']:8s} {row['nodes']:5d} {row['cores']:5d} {row['ray']:9.0f} {row['local']:10.0f} "
-              f"{row['ray'] / row['local']:9.2f} {row['scaling']:>8s} {row['steady']:7.0f} {row['steady_scaling']:>7s} "
+        local = f"{row['local']:10.0f}" if row["local"] else f"{'-':>10s}"
+        ratio = f"{row['ray'] / row['local']:9.2f}" if row["local"] else f"{'-':>9s}"
+        print(f"{row['workload']:8s} {row['nodes']:5d} {row['cores']:5d} {row['ray']:9.0f} {local} "
+              f"{ratio} {row['scaling']:>8s} {row['steady']:7.0f} {row['steady_scaling']:>7s} "
               f"{row['first_s']:>11s} {row['driver_ms']:>11s} {row['compile_s']:>9s} {row['lost']:4d}")
 
 
@@ -197,8 +201,9 @@ def _c_part(args: argparse.Namespace, sizes: list[int], per_node: int, out: dict
             for w in names:
                 c_run(executor, per_node * n, max(8, per_node * n), 999, w, args.size)  # warm-up: actors start
                 rows: dict[str, list[dict]] = {"ray": [], "local": []}
+                sides = ("ray", "local") if local_too(args, n) else ("ray",)
                 for r in range(args.rounds):
-                    for name in (("ray", "local") if r % 2 == 0 else ("local", "ray")):
+                    for name in (sides if r % 2 == 0 else sides[::-1]):
                         ex = executor if name == "ray" else LocalExecutor()
                         row = c_run(ex, per_node * n, trials[w], r, w, args.size)
                         rows[name].append(row)
@@ -213,6 +218,11 @@ def _c_part(args: argparse.Namespace, sizes: list[int], per_node: int, out: dict
         executor.close()
     finally:
         cluster.stop()
+
+
+def local_too(args: argparse.Namespace, nodes: int) -> bool:
+    """Whether the local executor runs beside Ray at this cluster size."""
+    return args.local_nodes is None or str(nodes) in args.local_nodes.split(",")
 
 
 def _triton_part(args: argparse.Namespace, per_node: int, out: dict) -> None:
@@ -261,13 +271,13 @@ def _table(out: dict, sizes: list[int]) -> list[dict]:
             rows = by_size[str(n)]
             ray, steady = mean(rows["ray"]), mean(rows["ray"], "steady_per_minute")
             table.append({"workload": w, "nodes": n, "cores": n * out["cpus_per_node"], "ray": ray,
-                          "local": mean(rows["local"]), "scaling": f"{ray / (one * n):.2f}" if one else "-",
+                          "local": mean(rows["local"]) if rows["local"] else None, "scaling": f"{ray / (one * n):.2f}" if one else "-",
                           "steady": steady,
                           "steady_scaling": f"{steady / (one_steady * n):.2f}" if one_steady else "-",
                           "first_s": f"{mean(rows['ray'], 'first_result_seconds'):.1f} / "
-                                     f"{mean(rows['local'], 'first_result_seconds'):.1f}",
+                                     f"{_mean_or_dash(rows['local'], 'first_result_seconds')}",
                           "driver_ms": f"{mean(rows['ray'], 'driver_ms_per_candidate'):.1f} / "
-                                       f"{mean(rows['local'], 'driver_ms_per_candidate'):.1f}",
+                                       f"{_mean_or_dash(rows['local'], 'driver_ms_per_candidate')}",
                           "compile_s": f"{mean(rows['ray'] + rows['local'], 'compile_seconds_mean'):.2f}",
                           "lost": sum(r["lost"] for r in rows["ray"] + rows["local"])})
     if out["triton"]:
@@ -276,6 +286,10 @@ def _table(out: dict, sizes: list[int]) -> list[dict]:
                       "local": mean(rows["local"]), "scaling": "-", "steady": 0.0, "steady_scaling": "-",
                       "first_s": "-", "driver_ms": "-", "compile_s": "-", "lost": 0})
     return table
+
+
+def _mean_or_dash(rows: list[dict], key: str) -> str:
+    return f"{mean(rows, key):.1f}" if rows else "-"
 
 
 def _cuda() -> bool:
