@@ -278,15 +278,15 @@ def test_a_launch_that_cannot_be_isolated_is_refused_for_ray_with_the_reason(tmp
         k[matmul_grid(20, 24)](*matmul_args(20, 24, 40))
 
 
-def test_an_actor_past_its_kept_runners_hands_a_gpu_worker_to_the_next_task(monkeypatch):
-    """An actor keeps a few runners; the next task's runner adopts the least recently used
-    one's worker (no new process, no new CUDA context), and measures its own task."""
+def test_an_actor_past_its_most_runners_hands_a_gpu_worker_to_the_next_task(monkeypatch):
+    """Past `MAX_RUNNERS`, the next task's runner adopts the least recently used one's
+    worker (no new process, no new CUDA context), and measures its own task."""
     from tensortune.distributed import actor as actor_module
     from tensortune.measure import BuildResult
     from tensortune.measure.gpu import GpuRunner, GpuTask, TensorArg
     from tensortune.space import Config
 
-    monkeypatch.setattr(actor_module, "KEPT_RUNNERS", 1)
+    monkeypatch.setattr(actor_module, "MAX_RUNNERS", 1)
     timer = CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
 
     def task(n):
@@ -336,5 +336,39 @@ def test_the_next_runs_runner_takes_the_worker_of_a_run_that_has_ended():
         assert first._slots[0].worker.pid == pid and first._slots[0].ready  # started, for its new task
         (c,) = measurer.measure("c", [recipe(128)], BuildResult(Config(fault="wrong")))
         assert a.ok and c.error is ErrorKind.WRONG_RESULT and first.task.args[0].shape == (128,)
+    finally:
+        measurer.shutdown()
+
+
+def test_runs_going_on_at_once_keep_their_own_workers_past_the_kept_ended_ones(monkeypatch):
+    """More tasks' rounds at once than an actor keeps ended runners for: each running
+    task keeps its worker (no task is swapped out from under another's candidates), and
+    of the ended runners only the most recently used `KEPT_FINISHED` stay."""
+    from tensortune.distributed import actor as actor_module
+    from tensortune.measure import BuildResult
+    from tensortune.measure.gpu import GpuRunner, GpuTask, TensorArg
+    from tensortune.space import Config
+
+    monkeypatch.setattr(actor_module, "KEPT_FINISHED", 1)
+    timer = CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
+
+    def recipe(n):
+        task = GpuTask("tensortune.measure.gpu.fakes:launch", (TensorArg((n,)), TensorArg((n,), output=True)),
+                       reference="tensortune.measure.gpu.fakes:reference", device="cpu", timer=timer)
+        return GpuRunner(task, timeout=60).remote_runner()
+
+    measurer = actor_module.MeasureActor(interpreter_target(), 0)
+    try:
+        sizes = {"a": 64, "b": 96, "c": 128}
+        for _ in range(2):  # the tasks' candidates interleave on the actor
+            for key, n in sizes.items():
+                (r,) = measurer.measure(key, [recipe(n)], BuildResult(Config(fault="none")))
+                assert r.ok
+        pids = {k: measurer.runners[k][0]._slots[0].worker.pid for k in sizes}
+        assert len(set(pids.values())) == 3 and all(
+            measurer.runners[k][0].task.args[0].shape == (n,) for k, n in sizes.items())
+        measurer.release("a")
+        measurer.release("b")  # two ended, one kept: the least recently used ("a") is closed
+        assert list(measurer.runners) == ["b", "c"] and measurer.finished == {"b"}
     finally:
         measurer.shutdown()

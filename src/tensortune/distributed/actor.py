@@ -3,8 +3,11 @@
 A `MeasureActor` owns one measurement slot of its node (a GPU, or a CPU socket) and the
 runners measuring there, each with its isolated worker, made and started when a run
 starts (`prepare`). A new task's runner takes the worker of a runner whose run has ended
-(`release`) where the recipe can `adopt` it; past `KEPT_RUNNERS`, the least recently
-used is closed, or adopted. It measures one candidate per call, so a lost actor loses at
+(`release`) where the recipe can `adopt` it. A runner whose run goes on keeps its worker
+(several tasks' rounds at once each measure in a worker of their own, so that no
+candidate waits for a task to be swapped in); of the ended ones, `KEPT_FINISHED` are kept
+for the next tasks, and past `MAX_RUNNERS` in all the least recently used is adopted or
+closed. It measures one candidate per call, so a lost actor loses at
 most the calls sent to it. It checks on start that its node is the target it was placed
 for (a mislabelled node would record another machine's times under this one's name).
 
@@ -29,7 +32,8 @@ from ..measure import BuildResult, ErrorKind, MeasureResult
 from ..measure.executor import RemoteRunner
 from ..space import Config
 
-KEPT_RUNNERS = 4  # runners (with their workers) an actor keeps; the least recently used is closed
+KEPT_FINISHED = 4  # runners of ended runs (with their workers) kept for the next tasks to adopt
+MAX_RUNNERS = 16  # runners at once, running or ended: past it the least recently used is adopted or closed
 
 
 class TargetMismatch(RuntimeError):
@@ -92,7 +96,7 @@ class MeasureActor:
                 import ray
                 recipe = ray.get(recipe)
             runner = self._adopt_finished(recipe)
-            if runner is None and len(self.runners) >= KEPT_RUNNERS:  # the least recently used goes
+            if runner is None and len(self.runners) >= MAX_RUNNERS:  # the least recently used goes
                 _, (old, _) = self.runners.popitem(last=False)
                 runner = recipe.adopt(old) if recipe.adopt is not None else None
                 if runner is None:
@@ -120,6 +124,9 @@ class MeasureActor:
         worker (the runner is kept until then, for that run's late results)."""
         if key in self.runners:
             self.finished.add(key)
+        ended = [k for k in self.runners if k in self.finished]  # least recently used first
+        for old in ended[:max(0, len(ended) - KEPT_FINISHED)]:
+            self.forget(old)
 
     def prepare(self, key: str, recipe_box: list[Any]) -> dict[str, Any]:
         """Make the task's runner and start its worker (`warm_up()`, where the runner has
