@@ -203,6 +203,15 @@ def model_part(args: argparse.Namespace, cuda: bool, out: dict) -> None:
                                           db=os.path.join(scratch, "m.db"), progress=False, executor=executor,
                                           seed=args.seed)
                 wall = time.perf_counter() - start
+                if args.trace:  # what ran where and when: Ray's timeline of tasks and actor calls, the records
+                    import sqlite3
+
+                    import ray
+                    os.makedirs(args.trace, exist_ok=True)
+                    ray.timeline(filename=os.path.join(args.trace, f"model_{g}_timeline.json"))
+                    with sqlite3.connect(os.path.join(scratch, "m.db")) as src, \
+                            sqlite3.connect(os.path.join(args.trace, f"model_{g}.db")) as dst:
+                        src.backup(dst)
         finally:
             cluster.stop()
         with torch.no_grad():
@@ -410,6 +419,8 @@ def main() -> None:
     parser.add_argument("--model", action="store_true", help="also tune a whole model's tasks at each size")
     parser.add_argument("--model-budget", type=int, default=None,
                         help="trials for the model (default: tensortune.compile's, 32 per task)")
+    parser.add_argument("--trace", default=None,
+                        help="directory for each model run's Ray timeline (chrome://tracing) and records store")
     parser.add_argument("--dry-run", action="store_true", help="on the CPU: interpreter, tiny shapes and grid, gloo")
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", default=None)
