@@ -194,6 +194,8 @@ def rebuild_recorded(problem: Problem, db: Database, target: Target, trials: int
 class _Session(TunerRounds[ScheduledKernel]):
     """One problem's search: its tuner (kept between rounds of a task scheduler)."""
 
+    winner_fallback = "; trying the next records"
+
     def __init__(self, problem: Problem, db: Database, target: Target, strategy: str, seed: int,
                  jobs: int, progress: bool, timer: Timer | None, expected_trials: int | None = None,
                  retry_failed: bool = False, executor: Executor | None = None) -> None:
@@ -213,8 +215,6 @@ class _Session(TunerRounds[ScheduledKernel]):
                            executor=executor or LocalExecutor())
         self.results: list[MeasureResult] = []
         self.seconds = 0.0
-
-    winner_fallback = "; trying the next records"
 
     def build_kernel(self, config: Config, best_time: float, trials: int, seconds: float) -> ScheduledKernel:
         return finish_kernel(self.problem, config, best_time, trials, seconds, False)

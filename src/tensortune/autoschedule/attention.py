@@ -224,7 +224,11 @@ def build_attention(problem: AttentionProblem, config: Config, best_time: float,
 
 
 class AttentionSession(TunerRounds[AttentionKernel]):
-    """One attention kernel's search, resumable round by round (as `autoschedule.api._Session`)."""
+    """One attention kernel's search, resumable round by round (as `autoschedule.api._Session`);
+    its finalists are ranked by their fastest run only, and its confirm record has no margin."""
+
+    finalist_ranks = ("fastest",)
+    records_margin = False
 
     def __init__(self, problem: AttentionProblem, db: Database, target: Target, seed: int = 0, jobs: int = 2,
                  progress: bool = False, timer: Timer | None = None, expected_trials: int | None = None) -> None:
@@ -241,9 +245,6 @@ class AttentionSession(TunerRounds[AttentionKernel]):
                            batch_size=8, progress=progress, description=problem.name, executor=LocalExecutor())
         self.results: list[MeasureResult] = []
         self.seconds = 0.0
-
-    finalist_ranks = ("fastest",)
-    records_margin = False
 
     def build_kernel(self, config: Config, best_time: float, trials: int, seconds: float) -> AttentionKernel:
         return build_attention(self.problem, config, best_time, trials, seconds, False)
