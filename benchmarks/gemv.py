@@ -27,7 +27,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_common as gc  # noqa: E402
 import gpu_kernels as gk  # noqa: E402
 
 START = time.perf_counter()
@@ -100,28 +100,6 @@ def moved_bytes(s: Shape, item: int) -> int:
     return item * (s.n * s.k + s.m * s.k + s.m * s.n + extra)
 
 
-class GemvTuning(gk.SharedTuning):
-    """The search on one shared GPU worker; keeps every measured candidate."""
-
-    results: list[Any] = []
-
-    def kernel(self, output: Any, trials: int, half: str) -> tuple[Any, float]:
-        from tensortune.backends.triton.tune import CudaSearch
-
-        start = time.perf_counter()
-        search = CudaSearch(output, db=self.args.db, half=half, progress=False, budget_hint=trials,
-                            cache_dir=self.args.cache, jobs=self.args.jobs, runner=self.runner,
-                            compiler=self.compiler)
-        try:
-            if self.runner is None:
-                self._start(search)
-            search.tune(trials)
-            self.results = list(search.results)
-            return search.finish(confirm=not self.args.quick), time.perf_counter() - start
-        finally:
-            search.close()
-
-
 def best_of(results: list[Any], gemv: bool) -> dict[str, Any] | None:
     ok = [r for r in results if r.ok and bool(r.config.get("GEMV", False)) == gemv]
     if not ok:
@@ -130,7 +108,7 @@ def best_of(results: list[Any], gemv: bool) -> dict[str, Any] | None:
     return {"us": best.time * 1e6, "config": dict(best.config), "measured": len(ok)}
 
 
-def run_shape(s: Shape, args: argparse.Namespace, tuning: GemvTuning, timer: Any) -> dict[str, Any]:
+def run_shape(s: Shape, args: argparse.Namespace, tuning: gk.SharedTuning, timer: Any) -> dict[str, Any]:
     import torch
 
     device = "cpu" if args.quick else "cuda"
@@ -159,11 +137,8 @@ def run_shape(s: Shape, args: argparse.Namespace, tuning: GemvTuning, timer: Any
         except Exception as exc:  # noqa: BLE001 - the peer's failure is reported, the row goes on
             skipped["max-autotune"] = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
         skipped["max-autotune compile s"] = round(time.perf_counter() - t0, 1)
-    errors = {name: gk.rel_error(f(), want) for name, f in impls.items()}
-    times: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(args.rounds):  # interleaved: every contender once per round
-        for name, f in impls.items():
-            times[name].append(statistics.median(timer.time(f)) * 1e6)
+    errors = {name: gc.rel_error(f(), want) for name, f in impls.items()}
+    times = gc.interleaved_us(impls, timer, args.rounds)
     us = {name: statistics.median(ts) for name, ts in times.items()}
     moved = moved_bytes(s, 2)
     row = {"shape": f"{s.m}x{s.k}->{s.n}", "epilogue": s.epilogue, "tuned_on": s.tuned_on, "bytes": moved,
@@ -232,42 +207,24 @@ def main() -> int:
     args.max_autotune, args.retune, args.deadline, args.no_compile = True, True, 0.0, args.no_compile or args.quick
     gk.ARGS = args
     import torch
-    import triton
 
     if not args.quick and not torch.cuda.is_available():
         print("gemv.py needs a CUDA GPU; --smoke runs it in Triton's interpreter", file=sys.stderr)
         return 2
-    shapes = SMOKE if args.quick else SHAPES
-    if args.shapes:
-        wanted = {x.strip() for x in args.shapes.split(",") if x.strip()}
-        unknown = wanted - {s.name for s in shapes}
-        if unknown:
-            print(f"unknown shapes {sorted(unknown)}; known: {[s.name for s in shapes]}", file=sys.stderr)
-            return 2
-        shapes = [s for s in shapes if s.name in wanted]
-    from tensortune.measure.cuda_timer import CudaTimer
-
-    timer = (CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, max_repeats=1,
-                       estimate_repeats=1, flush_l2=False) if args.quick
-             else CudaTimer(budget_seconds=0.1, warmup_seconds=0.02, min_repeats=10, max_repeats=1000))
-    machine = torch.cuda.get_device_name() if not args.quick else (platform.processor() or "cpu") + " (interpreter)"
+    shapes = gc.select_by_name(SMOKE if args.quick else SHAPES, args.shapes, "shapes")
+    if shapes is None:
+        return 2
+    timer = gc.make_timer(args.quick, budget_seconds=0.1, warmup_seconds=0.02, min_repeats=10, max_repeats=1000)
     report: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv), "machine": machine,
-        "cpus": os.cpu_count(), "smoke": args.quick, "hbm_bytes_per_s": HBM_BYTES_PER_S,
-        "versions": {"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-                     "cuda": torch.version.cuda},
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv), "machine": gc.machine(args.quick),
+        "cpus": os.cpu_count(), "smoke": args.quick, "hbm_bytes_per_s": HBM_BYTES_PER_S, "versions": gc.versions(),
         "rows": {}}
     path = out / "gemv.json"
-    tuning = GemvTuning(args)
+    by_name = {s.name: s for s in shapes}
+    tuning = gk.SharedTuning(args, confirm=not args.quick)  # args.retune: every shape searched
     try:
-        for s in shapes:
-            try:
-                report["rows"][s.name] = run_shape(s, args, tuning, timer)
-            except Exception as exc:  # noqa: BLE001 - one shape's failure is recorded, the others go on
-                report.setdefault("failed", {})[s.name] = f"{type(exc).__name__}: {exc}"
-                print(f"[{s.name}] FAILED: {type(exc).__name__}: {exc}", flush=True)
-            report["seconds"] = round(time.perf_counter() - START, 1)
-            path.write_text(json.dumps(report, indent=1, default=str))
+        gc.measure_rows(by_name, lambda name: run_shape(by_name[name], args, tuning, timer), report, "rows", path,
+                        START)
     finally:
         tuning.close()
     rows = report["rows"]
@@ -284,7 +241,7 @@ def main() -> int:
               f"{geo:.2f}x cuBLAS (geometric mean)")
     failed = sorted(report.get("failed", {})) or "none"
     print(f"{len(rows)} shapes in {time.perf_counter() - START:.0f} s; failed {failed}; results in {path}")
-    return 1 if report.get("failed") or any(not r["correct"] for r in rows.values()) else 0
+    return gc.exit_status(report, "rows")
 
 
 if __name__ == "__main__":

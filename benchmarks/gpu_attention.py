@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -41,6 +39,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_common as gc  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -144,15 +145,6 @@ def reference(case: Case, given: dict[str, Any]) -> Any:
         torch.backends.cuda.matmul.allow_tf32 = prev
 
 
-def rel_error(got: Any, want: Any) -> float:
-    import torch
-
-    got, want = got.float(), want.float()
-    if not bool(torch.isfinite(got).all()):
-        return math.inf
-    return float((got - want).abs().max()) / (float(want.abs().max()) or 1.0)
-
-
 # -- the unfused path: the same stages cut into three kernels ------------------------------------
 
 def cut(output: Any, at: Sequence[Any]) -> Any:
@@ -186,20 +178,7 @@ def unfused_graphs(comp: Any) -> list[Any]:
     return [logits, cut(probs, [logits]), cut(comp.output, [probs])]
 
 
-# -- timing --------------------------------------------------------------------------------------
-
-def make_timer(quick: bool) -> Any:
-    from tensortune.measure.cuda_timer import CudaTimer
-
-    if quick:
-        return CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, max_repeats=1,
-                         estimate_repeats=1, flush_l2=False)
-    return CudaTimer(budget_seconds=0.3, warmup_seconds=0.05, min_repeats=20, max_repeats=2000)
-
-
-def median_us(times: Sequence[float]) -> float:
-    return statistics.median(times) * 1e6 if times else math.inf
-
+# -- tuning and timing ---------------------------------------------------------------------------
 
 def tune(target: Any, budget: int, args: argparse.Namespace, half: str) -> tuple[Any, float]:
     from tensortune.backends.triton import autoschedule_cuda
@@ -230,7 +209,7 @@ def run_case(case: Case, args: argparse.Namespace, timer: Any) -> dict[str, Any]
     fused, seconds = tune(comp, args.budget, args, half)
     row["fused"] = {"pattern": fused.plan.kind, "from": fused.tuning.source, "trials": fused.tuning.trials,
                     "tuning_seconds": round(seconds, 2), "failures": fused.tuning.failures,
-                    "config": dict(fused.config), "error": rel_error(call(fused, given), want)}
+                    "config": dict(fused.config), "error": gc.rel_error(call(fused, given), want)}
     impls["tensortune_fused"] = lambda: call(fused, given)
     print(f"[{case.name}] fused: {fused.tuning.source}, {fused.tuning.trials} trials in {seconds:.1f} s, "
           f"config {dict(fused.config)}", flush=True)
@@ -251,7 +230,7 @@ def run_case(case: Case, args: argparse.Namespace, timer: Any) -> dict[str, Any]
         probs = call(k2, {"attention_logits": logits})
         return call(k3, {"attention_probs": probs, "v": given["v"]})
 
-    row["unfused"]["error"] = rel_error(unfused(), want)
+    row["unfused"]["error"] = gc.rel_error(unfused(), want)
     impls["tensortune_unfused"] = unfused
     print(f"[{case.name}] unfused: {[k.plan.kind for k in kernels]}", flush=True)
 
@@ -261,14 +240,11 @@ def run_case(case: Case, args: argparse.Namespace, timer: Any) -> dict[str, Any]
         except RuntimeError as exc:  # flash takes no mask (and no CPU build may have it)
             row[key] = {"unavailable": str(exc).splitlines()[0][:200]}
             continue
-        row[key] = {"error": rel_error(out, want)}
+        row[key] = {"error": gc.rel_error(out, want)}
         impls[key] = (lambda b=backend: sdpa(case, given, b))
 
-    for name, fn in impls.items():  # interleaved rounds: every contender once per round
-        row.setdefault(name, {})["times_us"] = []
-    for _ in range(args.rounds):
-        for name, fn in impls.items():
-            row[name]["times_us"].append(median_us(timer.time(fn)))
+    for name, times in gc.interleaved_us(impls, timer, args.rounds).items():
+        row.setdefault(name, {})["times_us"] = times
     for name in impls:
         us = statistics.median(row[name]["times_us"])
         row[name]["us"] = us
@@ -325,21 +301,14 @@ def main() -> int:
     args.cache = args.cache or str(base / "kernels")
     Path(args.db).parent.mkdir(parents=True, exist_ok=True)
     import torch
-    import triton
 
     if not args.quick and not torch.cuda.is_available():
         print("no CUDA GPU: run with --quick for the CPU smoke test", file=sys.stderr)
         return 2
-    cases = suite(args.quick)
-    if args.only:
-        keys = {k.strip() for k in args.only.split(",") if k.strip()}
-        unknown = keys - {c.name for c in cases}
-        if unknown:
-            print(f"unknown workloads {sorted(unknown)}; known: {[c.name for c in cases]}", file=sys.stderr)
-            return 2
-        cases = [c for c in cases if c.name in keys]
-    machine = torch.cuda.get_device_name() if torch.cuda.is_available() and not args.quick else \
-        (platform.processor() or "cpu") + " (Triton interpreter)"
+    cases = gc.select_by_name(suite(args.quick), args.only, "workloads")
+    if cases is None:
+        return 2
+    machine = gc.machine(args.quick, " (Triton interpreter)")
     out = Path(args.json)
     report: dict[str, Any] = {"rows": {}}
     if out.exists():
@@ -347,10 +316,8 @@ def main() -> int:
         if old.get("machine") == machine and old.get("quick") == args.quick:
             report = old
     report.update({"date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine, "quick": args.quick,
-                   "versions": {"torch": torch.__version__, "triton": triton.__version__,
-                                "python": platform.python_version(), "cuda": torch.version.cuda},
-                   "command": " ".join(sys.argv)})
-    timer = make_timer(args.quick)
+                   "versions": gc.versions(), "command": " ".join(sys.argv)})
+    timer = gc.make_timer(args.quick, budget_seconds=0.3, warmup_seconds=0.05, min_repeats=20, max_repeats=2000)
     for case in cases:
         report["rows"][case.name] = run_case(case, args, timer)
         out.parent.mkdir(parents=True, exist_ok=True)

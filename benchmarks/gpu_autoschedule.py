@@ -40,6 +40,9 @@ from typing import Any
 from tensortune import te
 from tensortune.te import workloads
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_common as gc  # noqa: E402
+
 START = time.perf_counter()
 
 
@@ -108,29 +111,6 @@ def inputs_for(comp: Any, device: str, seed: int) -> list[Any]:
     return [torch.randn(t.shape, generator=g).to(device=device, dtype=torch.float16) for t in comp.inputs]
 
 
-def rel_error(got: Any, want: Any) -> float:
-    got, want = got.float(), want.float()
-    if not bool(torch_isfinite_all(got)):
-        return math.inf
-    scale = float(want.abs().max()) or 1.0
-    return float((got - want).abs().max()) / scale
-
-
-def torch_isfinite_all(x: Any) -> Any:
-    import torch
-
-    return torch.isfinite(x).all()
-
-
-def timer(cpu: bool) -> Any:
-    from tensortune.measure.cuda_timer import CudaTimer
-
-    if cpu:
-        return CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, max_repeats=1,
-                         estimate_repeats=1, flush_l2=False)
-    return CudaTimer(budget_seconds=0.3, warmup_seconds=0.05, min_repeats=20, max_repeats=2000)
-
-
 def median(times: tuple[float, ...]) -> float:
     return statistics.median(times) if times else math.inf
 
@@ -180,7 +160,7 @@ def compare_phase(work: list[Workload], args: argparse.Namespace, report: dict[s
 
     device = "cpu" if args.cpu else "cuda"
     db = Database(args.db)
-    t = timer(args.cpu)
+    t = gc.make_timer(args.cpu, budget_seconds=0.3, warmup_seconds=0.05, min_repeats=20, max_repeats=2000)
     for wl in work:
         comp = wl.make()
         row: dict[str, Any] = {"workload": wl.name, "fused": wl.fused, "flops": wl.flops, "bytes": wl.bytes}
@@ -194,8 +174,8 @@ def compare_phase(work: list[Workload], args: argparse.Namespace, report: dict[s
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
         want = wl.eager(*[v.float() for v in x])  # the float32 reference
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
-        row["error_tensortune_vs_fp32"] = rel_error(tt_out, want)
-        row["error_eager_vs_fp32"] = rel_error(eager_out, want)
+        row["error_tensortune_vs_fp32"] = gc.rel_error(tt_out, want)
+        row["error_eager_vs_fp32"] = gc.rel_error(eager_out, want)
         impls: dict[str, Callable[[], Any]] = {"eager": lambda: wl.eager(*x), "tensortune": lambda: kernel(*x)}
         late = args.deadline and time.perf_counter() - START > args.deadline
         if late:
@@ -211,7 +191,7 @@ def compare_phase(work: list[Workload], args: argparse.Namespace, report: dict[s
                 out = compiled(*x)
                 torch.cuda.synchronize()
                 row[f"{key}_seconds"] = round(time.perf_counter() - start, 2)
-                row[f"error_{key}_vs_fp32"] = rel_error(out, want)
+                row[f"error_{key}_vs_fp32"] = gc.rel_error(out, want)
                 impls[key] = (lambda f=compiled: f(*x))
         times = {}
         for name, fn in impls.items():
@@ -293,13 +273,11 @@ def main() -> int:
         keys = [k.strip() for k in args.only.split(",") if k.strip()]
         work = [w for w in work if any(k in w.name for k in keys)]
     import torch
-    import triton
 
     report: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv),
         "machine": (torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"),
-        "versions": {"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-                     "cuda": torch.version.cuda},
+        "versions": gc.versions(),
         "cpus": os.cpu_count(), "tune": {}, "compare": {},
     }
     if args.tune_json:

@@ -32,10 +32,8 @@ Smoke test on the CPU (tiny shapes, Triton's interpreter, no torch.compile; time
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -43,6 +41,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_common as gc  # noqa: E402
 
 START = time.perf_counter()
 
@@ -307,22 +308,16 @@ def reference(case: Case, given: dict[str, Any]) -> Any:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = prev
 
 
-def rel_error(got: Any, want: Any) -> float:
-    import torch
-
-    got = got.float().reshape(want.shape)
-    if not bool(torch.isfinite(got).all()):
-        return math.inf
-    return float((got - want).abs().max()) / (float(want.abs().max()) or 1.0)
-
-
 # -- tuning on one shared worker ------------------------------------------------------------------
 
 class SharedTuning:
-    """`autoschedule_cuda`'s search for each workload on one GPU worker and one compile pool."""
+    """`autoschedule_cuda`'s search for each workload on one GPU worker and one compile pool;
+    `results`: every candidate the last search measured; `confirm`: the finalists re-timed."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, confirm: bool = True) -> None:
         self.args = args
+        self.confirm = confirm
+        self.results: list[Any] = []
         self.runner: Any = None
         self.compiler: Any = None
 
@@ -341,7 +336,8 @@ class SharedTuning:
             if self.runner is None:
                 self._start(search)
             search.tune(trials)
-            return search.finish(confirm=True), time.perf_counter() - start
+            self.results = list(search.results)
+            return search.finish(confirm=self.confirm), time.perf_counter() - start
         finally:
             search.close()
 
@@ -383,20 +379,17 @@ def run_case(case: Case, args: argparse.Namespace, tuning: SharedTuning, timer: 
 
         torch.cuda.empty_cache()  # attention's float32 reference holds tens of GB until released
     impls: dict[str, Callable[[], Any]] = {"tensortune": lambda: kernel(*(given[n] for n in kernel.input_names))}
-    row["errors"] = {"tensortune": rel_error(impls["tensortune"](), want)}
+    row["errors"] = {"tensortune": gc.rel_error(impls["tensortune"](), want)}
     start = time.perf_counter()
     for name, fn in case.peers(given).items():
         if fn is None:
             continue
         impls[name] = fn
-        row["errors"][name] = rel_error(fn(), want)
+        row["errors"][name] = gc.rel_error(fn(), want)
     row["peer_setup_seconds"] = round(time.perf_counter() - start, 2)
     tolerance = 3e-2 if case.half == "bfloat16" else 1e-2
     row["correct"] = row["errors"]["tensortune"] <= tolerance
-    times: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(args.rounds):  # interleaved: every contender once per round
-        for name, fn in impls.items():
-            times[name].append(statistics.median(timer.time(fn)) * 1e6)
+    times = gc.interleaved_us(impls, timer, args.rounds)
     row["us"] = {name: statistics.median(ts) for name, ts in times.items()}
     row["rounds_us"] = times
     tt = row["us"]["tensortune"]
@@ -466,7 +459,6 @@ def main() -> int:
     args.db = args.db or str(out / "records.db")
     args.cache = args.cache or str(Path("/tmp") / ("tt-kernels-quick" if args.quick else "tt-kernels"))
     import torch
-    import triton
 
     if not args.quick and not torch.cuda.is_available():
         print("gpu_kernels.py needs a CUDA GPU (none is visible); run with --quick for the CPU smoke test "
@@ -480,33 +472,24 @@ def main() -> int:
             print(f"unknown cases {sorted(keys - known)}; known: {sorted(known)}", file=sys.stderr)
             return 2
         cases = [c for c in cases if c.family in keys or c.name in keys]
-    from tensortune.measure.cuda_timer import CudaTimer
-
-    timer = (CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, max_repeats=1,
-                       estimate_repeats=1, flush_l2=False) if args.quick
-             else CudaTimer(budget_seconds=0.2, warmup_seconds=0.03, min_repeats=10, max_repeats=1000))
-    machine = torch.cuda.get_device_name() if not args.quick else (platform.processor() or "cpu") + " (interpreter)"
+    timer = gc.make_timer(args.quick, budget_seconds=0.2, warmup_seconds=0.03, min_repeats=10, max_repeats=1000)
     report: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv), "machine": machine,
-        "cpus": os.cpu_count(), "quick": args.quick,
-        "versions": {"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-                     "cuda": torch.version.cuda},
-        "rows": {}, "skipped": []}
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv), "machine": gc.machine(args.quick),
+        "cpus": os.cpu_count(), "quick": args.quick, "versions": gc.versions(), "rows": {}, "skipped": []}
     path = out / "gpu_kernels.json"
+    by_name = {c.name: c for c in cases}
+
+    def past_deadline(name: str) -> bool:
+        if not late():
+            return False
+        report["skipped"].append(name)
+        print(f"[{name}] skipped: past --deadline {args.deadline} s", flush=True)
+        return True
+
     tuning = SharedTuning(args)
     try:
-        for case in cases:
-            if late():
-                report["skipped"].append(case.name)
-                print(f"[{case.name}] skipped: past --deadline {args.deadline} s", flush=True)
-                continue
-            try:
-                report["rows"][case.name] = run_case(case, args, tuning, timer)
-            except Exception as exc:  # noqa: BLE001 - one workload's failure is recorded, the others go on
-                report.setdefault("failed", {})[case.name] = f"{type(exc).__name__}: {exc}"
-                print(f"[{case.name}] FAILED: {type(exc).__name__}: {exc}", flush=True)
-            report["seconds"] = round(time.perf_counter() - START, 1)
-            path.write_text(json.dumps(report, indent=1, default=str))
+        gc.measure_rows(by_name, lambda name: run_case(by_name[name], args, tuning, timer), report, "rows", path,
+                        START, skip=past_deadline)
     finally:
         tuning.close()
     print()
@@ -514,7 +497,7 @@ def main() -> int:
     print(f"\n{len(report['rows'])} workloads in {time.perf_counter() - START:.0f} s; "
           f"skipped {report['skipped'] or 'none'}; failed {sorted(report.get('failed', {})) or 'none'}; "
           f"results in {path}")
-    return 1 if report.get("failed") or any(not r["correct"] for r in report["rows"].values()) else 0
+    return gc.exit_status(report, "rows")
 
 
 if __name__ == "__main__":

@@ -28,14 +28,16 @@ Triton's interpreter (times mean nothing):
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_common as gc  # noqa: E402
 import gpu_kernels as gk  # noqa: E402
 
 START = time.perf_counter()
@@ -170,8 +172,6 @@ class VariantTuning(gk.SharedTuning):
 def stream_k_row(case: Any, tuning: VariantTuning, timer: Any, args: argparse.Namespace) -> dict[str, Any]:
     """One shape: the seeds without stream-K and the variants with it measured, then the fastest
     of each kind and cuBLAS checked on fresh inputs and timed in interleaved rounds."""
-    import statistics
-
     import torch
 
     from tensortune.backends.triton import GenOptions, analyze, sketch
@@ -199,12 +199,9 @@ def stream_k_row(case: Any, tuning: VariantTuning, timer: Any, args: argparse.Na
     want = gk.reference(case, given)
     impls = {label: (lambda k=k: k(*(given[n] for n in k.input_names))) for label, k in kernels.items()}
     impls["cublas"] = lambda: case.reference(given)
-    row["errors"] = {label: gk.rel_error(fn(), want) for label, fn in impls.items()}
+    row["errors"] = {label: gc.rel_error(fn(), want) for label, fn in impls.items()}
     row["correct"] = all(e <= 1e-2 for e in row["errors"].values())
-    times: dict[str, list[float]] = {label: [] for label in impls}
-    for _ in range(args.rounds):
-        for label, fn in impls.items():
-            times[label].append(statistics.median(timer.time(fn)) * 1e6)
+    times = gc.interleaved_us(impls, timer, args.rounds)
     row["us"] = {label: statistics.median(ts) for label, ts in times.items()}
     row["rounds_us"] = times
     row["vs_cublas"] = {label: row["us"]["cublas"] / us for label, us in row["us"].items() if label != "cublas"}
@@ -235,11 +232,7 @@ def stream_k_main(args: argparse.Namespace) -> int:
     import torch
     import triton
 
-    from tensortune.measure.cuda_timer import CudaTimer
-
-    timer = (CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, max_repeats=1,
-                       estimate_repeats=1, flush_l2=False) if args.smoke
-             else CudaTimer(budget_seconds=0.2, warmup_seconds=0.03, min_repeats=10, max_repeats=1000))
+    timer = gc.make_timer(args.smoke, budget_seconds=0.2, warmup_seconds=0.03, min_repeats=10, max_repeats=1000)
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv),
                               "machine": "interpreter" if args.smoke else torch.cuda.get_device_name(),
                               "versions": {"torch": torch.__version__, "triton": triton.__version__}, "cases": {}}
@@ -250,27 +243,31 @@ def stream_k_main(args: argparse.Namespace) -> int:
     if unknown:
         print(f"unknown cases {sorted(unknown)}; known: {[s[0] for s in shapes]}", file=sys.stderr)
         return 2
+    by_name = {s[0]: s for s in shapes if not wanted or s[0] in wanted}
     tuning = VariantTuning(args)
+
+    def measure(name: str) -> dict[str, Any]:
+        row = stream_k_row(gk.matmul_case(*by_name[name]), tuning, timer, args)
+        print(f"[{name}] " + ", ".join(f"{k} {v:.1f}us" for k, v in row["us"].items())
+              + f" ({'ok' if row['correct'] else 'WRONG'})", flush=True)
+        return row
+
     try:
-        for name, m, n, k in [s for s in shapes if not wanted or s[0] in wanted]:
-            if args.deadline and time.perf_counter() - START > args.deadline:
-                report.setdefault("skipped", []).append(name)
-                continue
-            try:
-                row = stream_k_row(gk.matmul_case(name, m, n, k), tuning, timer, args)
-                report["cases"][name] = row
-                print(f"[{name}] " + ", ".join(f"{k} {v:.1f}us" for k, v in row["us"].items())
-                      + f" ({'ok' if row['correct'] else 'WRONG'})", flush=True)
-            except Exception as exc:  # noqa: BLE001 - one shape's failure is recorded, the others go on
-                report.setdefault("failed", {})[name] = f"{type(exc).__name__}: {exc}"
-                print(f"[{name}] FAILED: {type(exc).__name__}: {exc}", flush=True)
-            report["seconds"] = round(time.perf_counter() - START, 1)
-            path.write_text(json.dumps(report, indent=1, default=str))
+        gc.measure_rows(by_name, measure, report, "cases", path, START,
+                        skip=functools.partial(past_deadline, args, report))
     finally:
         tuning.close()
     print(summary(report))
     print(stream_k_table(report))
-    return 1 if report.get("failed") or any(not r["correct"] for r in report["cases"].values()) else 0
+    return gc.exit_status(report, "cases")
+
+
+def past_deadline(args: argparse.Namespace, report: dict[str, Any], name: str) -> bool:
+    """Past `--deadline`: the workload is listed as skipped and not started."""
+    if args.deadline and time.perf_counter() - START > args.deadline:
+        report.setdefault("skipped", []).append(name)
+        return True
+    return False
 
 
 def main() -> int:
@@ -311,11 +308,7 @@ def main() -> int:
     if unknown:
         print(f"unknown cases {unknown}; known: {sorted(cases)}", file=sys.stderr)
         return 2
-    from tensortune.measure.cuda_timer import CudaTimer
-
-    timer = (CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, max_repeats=1,
-                       estimate_repeats=1, flush_l2=False) if args.quick
-             else CudaTimer(budget_seconds=0.2, warmup_seconds=0.03, min_repeats=10, max_repeats=1000))
+    timer = gc.make_timer(args.quick, budget_seconds=0.2, warmup_seconds=0.03, min_repeats=10, max_repeats=1000)
     import triton
 
     report: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv),
@@ -324,25 +317,20 @@ def main() -> int:
                               "cases": {}}
     path = out / "gpu_variants.json"
     tuning = VariantTuning(args)
+
+    def measure(name: str) -> dict[str, Any]:
+        tuning.variants = [] if args.quick else VARIANTS.get(name, [])
+        row = gk.run_case(cases[name], args, tuning, timer)
+        row["variants"], row["outside_space"] = tuning.measured, tuning.skipped
+        return row
+
     try:
-        for name in names:
-            if args.deadline and time.perf_counter() - START > args.deadline:
-                report.setdefault("skipped", []).append(name)
-                continue
-            tuning.variants = [] if args.quick else VARIANTS.get(name, [])
-            try:
-                row = gk.run_case(cases[name], args, tuning, timer)
-                row["variants"], row["outside_space"] = tuning.measured, tuning.skipped
-                report["cases"][name] = row
-            except Exception as exc:  # noqa: BLE001 - one workload's failure is recorded, the others go on
-                report.setdefault("failed", {})[name] = f"{type(exc).__name__}: {exc}"
-                print(f"[{name}] FAILED: {type(exc).__name__}: {exc}", flush=True)
-            report["seconds"] = round(time.perf_counter() - START, 1)
-            path.write_text(json.dumps(report, indent=1, default=str))
+        gc.measure_rows(names, measure, report, "cases", path, START,
+                        skip=functools.partial(past_deadline, args, report))
     finally:
         tuning.close()
     print(summary(report))
-    return 1 if report.get("failed") or any(not r["correct"] for r in report["cases"].values()) else 0
+    return gc.exit_status(report, "cases")
 
 
 def summary(report: dict[str, Any]) -> str:

@@ -288,6 +288,10 @@ def test_autoschedule_records_every_trial_and_rebuilds_without_searching(tmp_pat
     db = Database(db_path)
     records = db.records(k.workload, Target.cpu())
     assert len([r for r in records if r.strategy != "confirm"]) == 6
+    [confirmed] = [r for r in records if r.strategy == "confirm"]
+    assert confirmed.config == k.config and confirmed.time == k.time and len(confirmed.times) >= 2
+    assert confirmed.extra["confirmed"] and confirmed.extra["rounds"] == 2 and confirmed.extra["finalists"] >= 1
+    assert confirmed.extra["margin"] >= 0 and "steps" in confirmed.extra
     assert all("steps" in r.extra for r in records if r.ok)
     a, b, bias = (np.random.default_rng(3).standard_normal(t.shape).astype("float32") for t in w.inputs)
     check_close(k(a, b, bias), np.maximum(a @ b + bias, 0), 1e-3, 1e-3)

@@ -12,7 +12,7 @@ from tensortune.backends.c_attention import AttentionCodegenError, check_config,
 from tensortune.backends.c_codegen import FLAGS
 from tensortune.backends.c_compiler import CCompiler, load_function
 from tensortune.backends.triton.patterns import analyze
-from tensortune.db import Target
+from tensortune.db import Database, Target
 from tensortune.measure import ErrorKind, Timer
 from tensortune.te import workloads as W
 
@@ -148,6 +148,9 @@ def test_te_autoschedule_gives_one_fused_kernel_and_rebuilds_it_from_the_records
                              confirm_rounds=2)
     assert isinstance(kernel, AttentionKernel) and kernel.trials == 5 and not kernel.from_db
     assert kernel.source.count("int kernel(") == 1
+    [confirmed] = [r for r in Database(db).records(kernel.workload, Target.cpu()) if r.strategy == "confirm"]
+    assert confirmed.config == kernel.config and confirmed.time == kernel.time
+    assert confirmed.extra["confirmed"] and confirmed.extra["rounds"] == 2 and "margin" not in confirmed.extra
     again = te.autoschedule(w, target="cpu", budget=5, db=db, progress=False)
     assert again.from_db and again.trials == 0 and again.config == kernel.config
     arrays = _inputs(w, np.random.default_rng(6))

@@ -20,8 +20,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import statistics
-import time
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,10 +36,10 @@ from ..te.dtype import TEError
 from ..te.schedule import Schedule
 from ..te.tensor import Tensor, graph
 from ..search import create_strategy
-from ..tuner import Budget, Tuner, TuningFailed, standing
+from ..tuner import Budget, Tuner, standing
 from .rounds import TunerRounds
 from .holes import SketchSpace
-from .measure import CheckSpec, SketchBuilder, SketchRunner, kernel_args, random_inputs, time_interleaved
+from .measure import CheckSpec, SketchBuilder, SketchRunner, kernel_args, random_inputs
 from .search import SketchSearch
 from .sketch import RULES_VERSION
 
@@ -193,8 +191,10 @@ def rebuild_recorded(problem: Problem, db: Database, target: Target, trials: int
     return None
 
 
-class _Session(TunerRounds):
+class _Session(TunerRounds[ScheduledKernel]):
     """One problem's search: its tuner (kept between rounds of a task scheduler)."""
+
+    winner_fallback = "; trying the next records"
 
     def __init__(self, problem: Problem, db: Database, target: Target, strategy: str, seed: int,
                  jobs: int, progress: bool, timer: Timer | None, expected_trials: int | None = None,
@@ -216,63 +216,15 @@ class _Session(TunerRounds):
         self.results: list[MeasureResult] = []
         self.seconds = 0.0
 
-    def finish(self, confirm: int, rounds: int) -> ScheduledKernel:
-        start = time.perf_counter()
-        try:
-            best = self.confirm(confirm, rounds) if confirm > 1 else None
-        finally:
-            self.runner.close()
-        self.seconds += time.perf_counter() - start
-        if best is not None:
-            try:
-                return finish_kernel(self.problem, best.config, best.time, len(self.results), self.seconds, False)
-            except Exception as exc:  # noqa: BLE001 - fall back on the other records, said why
-                warnings.warn(f"{self.problem.name}: the confirmed winner could not be rebuilt ({exc}); "
-                              "trying the next records", stacklevel=2)
-        kernel = rebuild_recorded(self.problem, self.db, self.target, len(self.results), self.seconds, False)
-        if kernel is None:
-            raise TuningFailed(f"auto-scheduling {self.problem.name!r} measured no working schedule "
-                               f"({len(self.results)} trials, all failed); see the records database")
-        return kernel
+    def build_kernel(self, config: Config, best_time: float, trials: int, seconds: float) -> ScheduledKernel:
+        return finish_kernel(self.problem, config, best_time, trials, seconds, False)
 
-    def confirm(self, k: int, rounds: int, within: float = 0.15) -> MeasureResult | None:
-        """Re-time the finalists interleaved and record the winner.
+    def rebuild_kernel(self, trials: int, seconds: float) -> ScheduledKernel | None:
+        return rebuild_recorded(self.problem, self.db, self.target, trials, seconds, False)
 
-        Finalists are the candidates within 15% of the best by median time or by fastest
-        run (a good kernel measured while the machine was busy keeps a fast run); the
-        winner has the lowest median, over rounds, of its fastest run in each round, which
-        a neighbour's load can only make slower."""
-        results = [r for r in self.db.records(self.problem.workload, self.target) if r.ok and "same_source_as"
-                   not in r.extra and r.strategy != "confirm"]
-        if not results:
-            return None
-        finalists: list = []
-        for key in (lambda r: r.time, lambda r: min(r.times)):
-            ranked = sorted(results, key=key)
-            bound = key(ranked[0]) * (1 + within)
-            for r in ranked[:k]:
-                if key(r) <= bound and r not in finalists:
-                    finalists.append(r)
-        libs, records = [], []
-        for r in finalists:
-            b = self.builder.build([r.config])[0]
-            if b.ok:
-                libs.append(b.artifact.library)
-                records.append(r)
-        if not libs:
-            return None
-        per_round = self.runner.worker.call(time_interleaved, libs, "kernel", self.spec, self.runner.timer,
-                                            rounds, 7)
-        scores = [statistics.median(min(times) for times in rounds_) for rounds_ in per_round]
-        win = int(np.argmin(scores))
-        rec = records[win]
-        ranked = sorted(scores)
-        result = MeasureResult(rec.config, tuple(t for times in per_round[win] for t in times), extra={
-            **rec.extra, "confirmed": True, "finalists": len(libs), "rounds": rounds,
-            "best_run_median": scores[win],
-            "margin": round(ranked[1] / ranked[0] - 1, 4) if len(ranked) > 1 else 0.0})
-        self.db.add(self.problem.workload, self.target, result, strategy="confirm")
-        return result
+    def failure_message(self) -> str:
+        return (f"auto-scheduling {self.problem.name!r} measured no working schedule "
+                f"({len(self.results)} trials, all failed); see the records database")
 
 
 def finish_kernel(problem: Problem, config: Config, best_time: float, trials: int, seconds: float,

@@ -21,8 +21,6 @@ Example:
 from __future__ import annotations
 
 import os
-import statistics
-import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,8 +39,8 @@ from ..space import Config, Ordinal, Space
 from ..te.build import reference_outputs
 from ..te.dtype import numpy_dtype
 from ..te.tensor import Tensor, graph
-from ..tuner import Budget, Tuner, TuningFailed
-from .measure import CheckSpec, SketchBuilder, SketchRunner, random_inputs, time_interleaved
+from ..tuner import Budget, Tuner
+from .measure import CheckSpec, SketchBuilder, SketchRunner, random_inputs
 from .rounds import TunerRounds
 
 ATTENTION_VERSION = 3  # part of the workload key: records of another generator are not rebuilt
@@ -225,8 +223,12 @@ def build_attention(problem: AttentionProblem, config: Config, best_time: float,
     return kernel
 
 
-class AttentionSession(TunerRounds):
-    """One attention kernel's search, resumable round by round (as `autoschedule.api._Session`)."""
+class AttentionSession(TunerRounds[AttentionKernel]):
+    """One attention kernel's search, resumable round by round (as `autoschedule.api._Session`);
+    its finalists are ranked by their fastest run only, and its confirm record has no margin."""
+
+    finalist_ranks = ("fastest",)
+    records_margin = False
 
     def __init__(self, problem: AttentionProblem, db: Database, target: Target, seed: int = 0, jobs: int = 2,
                  progress: bool = False, timer: Timer | None = None, expected_trials: int | None = None) -> None:
@@ -244,51 +246,15 @@ class AttentionSession(TunerRounds):
         self.results: list[MeasureResult] = []
         self.seconds = 0.0
 
-    def finish(self, confirm: int = 4, rounds: int = 5) -> AttentionKernel:
-        start = time.perf_counter()
-        try:
-            best = self.confirm(confirm, rounds) if confirm > 1 else None
-        finally:
-            self.runner.close()
-        self.seconds += time.perf_counter() - start
-        if best is not None:
-            try:
-                return build_attention(self.problem, best.config, best.time, len(self.results), self.seconds, False)
-            except Exception as exc:  # noqa: BLE001 - fall back on the other records, said why
-                warnings.warn(f"{self.problem.name}: the confirmed winner could not be rebuilt ({exc})",
-                              stacklevel=2)
-        kernel = rebuild_attention(self.problem, self.db, self.target, len(self.results), self.seconds)
-        if kernel is None:
-            raise TuningFailed(f"tuning the fused attention {self.problem.name!r} measured no working kernel "
-                               f"({len(self.results)} trials); see the records database")
-        return kernel
+    def build_kernel(self, config: Config, best_time: float, trials: int, seconds: float) -> AttentionKernel:
+        return build_attention(self.problem, config, best_time, trials, seconds, False)
 
-    def confirm(self, k: int, rounds: int, within: float = 0.15) -> MeasureResult | None:
-        """Re-time the finalists (within 15% of the best) interleaved and record the winner."""
-        results = [r for r in self.db.records(self.problem.workload, self.target) if r.ok and "same_source_as"
-                   not in r.extra and r.strategy != "confirm"]
-        if not results:
-            return None
-        ranked = sorted(results, key=lambda r: min(r.times))
-        finalists = [r for r in ranked[:k] if min(r.times) <= min(ranked[0].times) * (1 + within)]
-        libs, records = [], []
-        for r in finalists:
-            b = self.builder.build([r.config])[0]
-            if b.ok:
-                libs.append(b.artifact.library)
-                records.append(r)
-        if not libs:
-            return None
-        per_round = self.runner.worker.call(time_interleaved, libs, "kernel", self.spec, self.runner.timer,
-                                            rounds, 7)
-        scores = [statistics.median(min(times) for times in rounds_) for rounds_ in per_round]
-        win = int(np.argmin(scores))
-        rec = records[win]
-        result = MeasureResult(rec.config, tuple(t for times in per_round[win] for t in times), extra={
-            **rec.extra, "confirmed": True, "finalists": len(libs), "rounds": rounds,
-            "best_run_median": scores[win]})
-        self.db.add(self.problem.workload, self.target, result, strategy="confirm")
-        return result
+    def rebuild_kernel(self, trials: int, seconds: float) -> AttentionKernel | None:
+        return rebuild_attention(self.problem, self.db, self.target, trials, seconds)
+
+    def failure_message(self) -> str:
+        return (f"tuning the fused attention {self.problem.name!r} measured no working kernel "
+                f"({len(self.results)} trials); see the records database")
 
     def close(self) -> None:
         self.runner.close()
