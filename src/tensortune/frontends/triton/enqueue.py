@@ -137,9 +137,10 @@ def kernel_target(kernel: Any) -> str:
             in_main = True
             continue
         return f"{module.__name__}:{names[0]}"
-    where = "the script run as __main__, which workers cannot import" if in_main else "no module"
-    raise ValueError(f"on_new_key='enqueue': {kernel.name} is bound to a name in {where}; workers import the "
-                     f"kernel as MODULE:NAME, so define it at module level of an importable module")
+    where = "is bound to a name only in the script run as __main__, which workers cannot import" if in_main \
+        else "is bound to no module-level name"
+    raise ValueError(f"on_new_key='enqueue': {kernel.name} {where}; workers import the kernel as MODULE:NAME, "
+                     f"so define it at module level of an importable module")
 
 
 def job_spec(kernel: Any, key: TuningKey, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -151,8 +152,8 @@ def job_spec(kernel: Any, key: TuningKey, args: Sequence[Any], kwargs: Mapping[s
                          f"arguments for the key {key.as_dict()}; register one with @{kernel.short_name}.inputs, "
                          f"its parameters named after the kernel's scalar arguments")
     check_inputs_function(kernel.make_inputs, kernel.arg_names, kernel._tuned, kernel.name)
-    spec = {"target": kernel_target(kernel), "shape": launch_shape(kernel.make_inputs, kernel.arg_names, args, kwargs),
-            "key": json.loads(json.dumps(key.as_dict()))}
+    shape = launch_shape(kernel.make_inputs, kernel.arg_names, args, kwargs)
+    spec = {"target": kernel_target(kernel), "shape": shape, "key": json.loads(json.dumps(key.as_dict()))}
     return check_spec("triton", spec)
 
 
