@@ -112,7 +112,7 @@ def test_a_production_key_is_queued_once_tuned_by_a_worker_process_and_picked_up
     assert worker.returncode == 0 and "1 job(s), 1 done, 4 candidates measured" in worker.stdout, worker
     done = q.get(job.id)
     assert done.status == "done" and done.trials_done == 4, done
-    assert "fleet_scale {'n': 128" in done.message and '"BLOCK":128' in done.message and "(tuned)" in done.message
+    assert "; tuned fleet_scale n=128 (float32): BLOCK=128," in done.message
 
     picked = launch(prod, 100)
     assert (picked.source, picked.config["BLOCK"]) == ("recorded", 128)
@@ -120,8 +120,10 @@ def test_a_production_key_is_queued_once_tuned_by_a_worker_process_and_picked_up
     assert [d.source for d in prod.log] == ["default"] * 3 + ["recorded"] * 2  # per launch signature
     # picked up: the launch signatures of the key are on the fast path again
     assert len(prod._decisions) == 2 and not prod._waiting
-    listing = json.loads(CliRunner().invoke(cli, ["--db", store, "queue", "list", "--json"]).output)
-    assert [(r["kind"], r["status"]) for r in listing] == [("triton", "done")]
+    (row,) = json.loads(CliRunner().invoke(cli, ["--db", store, "queue", "list", "--json"]).output)
+    assert (row["kind"], row["status"]) == ("triton", "done")
+    # the savings of the key: its best (BLOCK=128, as BlockTimer times it) against the first measured
+    assert row["best_seconds"] == pytest.approx(1e-3 / 128) and row["speedup"] >= 1
 
 
 def test_a_waiting_key_is_looked_up_again_at_most_every_recheck_seconds(tmp_path, production):
@@ -251,7 +253,7 @@ def test_the_command_line_queues_shapes_of_a_target_and_a_worker_tunes_them(tmp_
     assert [(o.status, o.trials) for o in outcomes] == [("done", 4), ("done", 4), ("done", 2)], outcomes
     listing = json.loads(runner.invoke(cli, ["--db", store, "queue", "list", "--json"]).output)
     assert [r["status"] for r in listing] == ["done"] * 3
-    assert "-> {\"BLOCK\":128" in listing[1]["message"] and "'n': 512" in listing[1]["message"]
+    assert "tuned fleet_scale n=512 (float32): BLOCK=128," in listing[1]["message"]
     later = K.make_scale(db=store)  # production after the fleet: the queued shapes' keys are tuned
     assert launch(later, 300).source == "recorded" and later.decision.config["BLOCK"] == 128
 

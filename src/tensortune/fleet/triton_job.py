@@ -93,10 +93,13 @@ def describe_triton(spec: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class TritonTuned:
-    """What a triton job's tuning decided, per kernel key."""
+    """What a triton job's tuning decided, per kernel key; the workload and target of the
+    one key it decided (for `queue list`'s savings), None when it launched several."""
 
     trials: int
-    decisions: tuple[str, ...]  # "kernel {key} -> {config} (source)"
+    decisions: tuple[str, ...]  # "tuned matmul M=512,N=512 (float16): BLOCK_M=64,num_warps=4"
+    workload: Any = None
+    target: Any = None
 
     def summary(self) -> str:
         return "; ".join(self.decisions) or "no autotuned kernel was launched"
@@ -117,9 +120,16 @@ def tune_triton(spec: dict[str, Any], budget: dict[str, Any], db: Any, jobs: int
     except (ImportError, AttributeError, ValueError, FileNotFoundError, SyntaxError) as exc:
         raise ValueError(f"cannot import the target {spec['target']} on this worker: {type(exc).__name__}: {exc}") \
             from exc
+    from ..db import Workload
+
+    workload = where = None
     try:
         with recording_into(db):
             (report,) = tune_shapes(target, [spec["shape"]], budget=budget or None)
+            if len(report.decisions) == 1:
+                kernel, (_, decided) = report.kernels[0], report.decisions[0]
+                workload = Workload.make(kernel.name, kernel.source, decided.key.as_dict())
+                where = kernel.context().target
     except TargetError as exc:
         raise ValueError(f"{spec['target']}: {exc}") from exc
     if "key" in spec and isinstance(target, AutotunedKernel):
@@ -128,5 +138,12 @@ def tune_triton(spec: dict[str, Any], budget: dict[str, Any], db: Any, jobs: int
             raise ValueError(f"the shape {spec['shape']} made the key {made[0] if made else None} of "
                              f"{spec['target']}, not the key {spec['key']} that was queued: the inputs function "
                              f"does not make the arguments the production launch had")
-    return TritonTuned(report.trials, tuple(f"{name} {d.key.as_dict()} -> {d.config.to_json()} ({d.source})"
-                                            for name, d in report.decisions))
+    return TritonTuned(report.trials, tuple(_decided(name, d) for name, d in report.decisions), workload, where)
+
+
+def _decided(name: str, d: Any) -> str:
+    """One key's decision, short enough for `queue list`'s status column."""
+    key = ",".join(f"{k}={v}" for k, v in zip(d.key.names, d.key.values))
+    dtypes = ",".join(dict.fromkeys(d.key.dtypes))
+    config = ",".join(f"{k}={v}" for k, v in d.config.as_dict().items())
+    return f"{d.source} {name} {key}{f' ({dtypes})' if dtypes else ''}: {config}"

@@ -157,6 +157,8 @@ class Worker:
                 return JobOutcome(job.id, "lost", result.trials, "its lease expired and another worker took it")
             done[0] = job.trials_done + result.trials
             self.queue.renew(job.id, self.owner, self.lease_seconds, done[0])
+            if getattr(result, "workload", None) is not None:  # one kernel key: `queue list` shows its savings
+                self.queue.attach(job.id, self.owner, *self.db.ids(result.workload, result.target))
             message = f"{result.trials} measured by {self.owner}; {result.summary()}"
             self.queue.finish(job.id, self.owner, "done", message)
             return JobOutcome(job.id, "done", result.trials, message)
