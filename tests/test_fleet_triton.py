@@ -299,3 +299,42 @@ def test_a_stored_triton_job_with_a_damaged_spec_or_budget_fails_with_why(tmp_pa
     assert [o.status for o in outcomes] == ["failed", "failed"]
     assert "shape value n must be a number" in q.get(bad_spec).message
     assert "trials must be at least 1" in q.get(bad_budget).message
+
+
+def test_a_store_that_cannot_queue_the_key_is_a_warning_and_its_records_are_still_picked_up(tmp_path, production,
+                                                                                              monkeypatch):
+    from tensortune.db import DatabaseError
+    from tensortune.frontends.triton import enqueue
+
+    store = str(tmp_path / "store.db")
+    prod = production(store, recheck_seconds=0)
+
+    def refused(*args):
+        raise DatabaseError("cannot write to database (a stand-in for a store that refuses writes)")
+
+    with monkeypatch.context() as m:
+        m.setattr(enqueue, "put_on_queue", refused)
+        with pytest.warns(RuntimeWarning, match=r"cannot queue the key \{'n': 128.*looking for its records"):
+            assert launch(prod, 100).source == "default"
+    assert JobQueue(Database(store)).list() == []
+    spec = {"target": "fleet_triton_kernels:scale", "shape": {"n": 100}}
+    JobQueue(Database(store)).enqueue("triton", spec, {})  # queued by someone else
+    with production.as_worker():
+        Worker(Database(store), owner="w").run(exit_when_idle=True)
+    assert (launch(prod, 100).source, prod.decision.config["BLOCK"]) == ("recorded", 128)
+
+
+def test_the_enqueue_options_are_checked_when_the_kernel_is_decorated():
+    import tensortune as tt
+
+    with pytest.raises(ValueError, match="recheck_seconds must be a number of seconds"):
+        tt.autotune(configs=None, key=["n"], on_new_key="enqueue", recheck_seconds=-1)
+    with pytest.raises(ValueError, match="on_new_key must be one of tune, nearest, enqueue; got 'queue'"):
+        tt.autotune(configs=None, key=["n"], on_new_key="queue")
+
+
+def test_a_kernel_bound_only_in_the_main_script_cannot_be_queued(tmp_path, monkeypatch):
+    kernel = K.make_scale(db=str(tmp_path / "s.db"))
+    monkeypatch.setattr(sys.modules["__main__"], "scale_in_a_script", kernel, raising=False)
+    with pytest.raises(ValueError, match=r"bound to a name only in the script run as __main__"):
+        launch(kernel, 10)
