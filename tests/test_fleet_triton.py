@@ -7,6 +7,7 @@ failing its job only. Kernels run under Triton's interpreter."""
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -338,3 +339,56 @@ def test_a_kernel_bound_only_in_the_main_script_cannot_be_queued(tmp_path, monke
     monkeypatch.setattr(sys.modules["__main__"], "scale_in_a_script", kernel, raising=False)
     with pytest.raises(ValueError, match=r"bound to a name only in the script run as __main__"):
         launch(kernel, 10)
+
+
+RANK = textwrap.dedent("""
+    import json, os, sys
+    import torch
+    import torch.distributed as dist
+    import fleet_triton_kernels as K
+    from tensortune.db import Database
+    from tensortune.fleet import JobQueue, Worker
+
+    rank, store = int(os.environ["RANK"]), os.environ["STORE"]
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    prod = K.scale = K.make_scale(db=store, recheck_seconds=0)
+
+    def launch():
+        x = torch.randn(100)
+        y = torch.empty_like(x)
+        prod[K.grid(100)](x, y, 100, 2.0)
+        assert torch.equal(y, x * 2)
+        return prod.decision.source, prod.decision.config["BLOCK"]
+
+    first = launch()  # a collective: rank 0 decides and queues, rank 1 gets its answer
+    dist.barrier()
+    if rank == 0:
+        K.scale = K.make_scale()  # the worker's import of the package
+        outcomes = Worker(Database(store), owner="w").run(exit_when_idle=True)
+        assert [o.status for o in outcomes] == ["done"], outcomes
+        K.scale = prod
+    dist.barrier()
+    print(json.dumps({"rank": rank, "first": first, "then": launch(), "jobs": len(JobQueue(Database(store)).list())}))
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+def test_every_rank_of_a_distributed_job_picks_the_tuned_key_up(tmp_path):
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**_env(), "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                                   "MASTER_PORT": port, "STORE": str(tmp_path / "store.db")})
+             for rank in (0, 1)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    r0, r1 = sorted(results, key=lambda r: r["rank"])
+    assert (r0["first"], r1["first"]) == (["default", 16], ["agreed", 16])
+    assert r0["then"] == r1["then"] == ["recorded", 128] and r0["jobs"] == r1["jobs"] == 1
