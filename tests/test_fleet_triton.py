@@ -247,6 +247,10 @@ def test_the_command_line_queues_shapes_of_a_target_and_a_worker_tunes_them(tmp_
     assert "job 1: triton fleet_triton_kernels:launch_scale n=100 {}" in out.output
     assert "job 2: triton fleet_triton_kernels:launch_scale n=300 {}" in out.output
     assert "job 1:" in runner.invoke(cli, args[:-2]).output  # queued already: not twice
+    rows = tmp_path / "jobs.jsonl"  # a --from row without a budget: the kernel's own, so the same job
+    rows.write_text(json.dumps({"kind": "triton", "spec": {"target": "fleet_triton_kernels:launch_scale",
+                                                          "shape": {"n": 300}}}) + "\n")
+    assert "job 2: triton" in runner.invoke(cli, ["--db", store, "queue", "add", "--from", str(rows)]).output
     spec = json.dumps({"target": "fleet_triton_kernels:scale", "shape": {"n": 30}})
     out = runner.invoke(cli, ["--db", store, "queue", "add", "triton", spec, "--trials", "2"])
     assert out.exit_code == 0 and "job 3: triton fleet_triton_kernels:scale n=30 {'trials': 2}" in out.output

@@ -57,7 +57,7 @@ def _job(kind: str, spec: Any, budget: Any, strategy: str, where: str) -> tuple[
 @click.argument("kind", required=False, type=click.Choice(sorted(JOB_KINDS)))
 @click.argument("spec", required=False)
 @db_option
-@click.option("--trials", type=click.IntRange(min=1), default=None, help="Candidates to measure (default 32).")
+@click.option("--trials", type=click.IntRange(min=1), default=None, help="Candidates to measure (default 32; a triton job: its kernel's budget).")
 @click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=None, help="Time budget per job.")
 @click.option("--strategy", default="auto", show_default=True, callback=check_strategy, help="Search strategy.")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=VALUE,...",
@@ -71,7 +71,7 @@ def queue_add(ctx: click.Context, kind: str | None, spec: str | None, db_path: s
     """Queue a job: KIND and SPEC, its JSON (c_matmul: {"m": 512, "n": 512, "k": 512}; te_cpu:
     {"workload": "matmul", "args": [256, 256, 256]}; model: {"factory": "mypkg.models:small_mlp",
     "inputs": ["4x64:float32"], "target": "cpu"}; triton: {"target": "mypkg.kernels:matmul",
-    "shape": {"M": 4096, "N": 4096, "K": 4096}}, or the target and --shape; see docs/distributed.md);
+    "shape": {"M": 4096, "N": 4096, "K": 4096}}, or the target and --shape; see docs/fleet.md);
     or many with --from. A job already queued or running is not queued twice. Without
     --trials or --seconds, a triton job tunes with its kernel's budget, the others 32 trials."""
     if (kind is None) == (from_file is None):
