@@ -57,7 +57,8 @@ def _job(kind: str, spec: Any, budget: Any, strategy: str, where: str) -> tuple[
 @click.argument("kind", required=False, type=click.Choice(sorted(JOB_KINDS)))
 @click.argument("spec", required=False)
 @db_option
-@click.option("--trials", type=click.IntRange(min=1), default=None, help="Candidates to measure (default 32; a triton job: its kernel's budget).")
+@click.option("--trials", type=click.IntRange(min=1), default=None,
+              help="Candidates to measure (default 32; a triton job: its kernel's budget).")
 @click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=None, help="Time budget per job.")
 @click.option("--strategy", default="auto", show_default=True, callback=check_strategy, help="Search strategy.")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME=VALUE,...",
