@@ -2,17 +2,24 @@
 
 Workers import it by name (`fleet_triton_kernels:scale`), in the test's process or in a
 `tensortune worker` process with this folder on PYTHONPATH, so its kernels are defined at
-module level. They run on the CPU under TRITON_INTERPRET=1 (set by whoever imports it on a
-machine without a GPU: tests/conftest.py, or the worker's environment).
+module level. They run on the CPU under Triton's interpreter, also on a machine with a GPU:
+Triton decides when a function is decorated whether it will be interpreted, so the
+kernels are made with TRITON_INTERPRET=1, and whoever launches them sets it too (the
+tests' fixture, the worker's environment).
 """
 
 from __future__ import annotations
 
-import torch
-import triton
-import triton.language as tl
+import os
 
-import tensortune as tt
+_WAS = os.environ.get("TRITON_INTERPRET")
+os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+import tensortune as tt  # noqa: E402
 
 BLOCKS = (16, 32, 64, 128)
 
@@ -61,3 +68,9 @@ def launch_scale(n):
     y = torch.empty_like(x)
     scale[grid(n)](x, y, n, 2.0)
     torch.testing.assert_close(y, x * 2)
+
+
+if _WAS is None:  # leave the environment as it was for the other test modules
+    del os.environ["TRITON_INTERPRET"]
+else:
+    os.environ["TRITON_INTERPRET"] = _WAS

@@ -218,6 +218,23 @@ def test_the_shape_must_be_derivable_from_a_launch(tmp_path):
     assert JobQueue(Database(str(tmp_path / "s.db"))).list() == []
 
 
+def test_a_launch_shape_takes_scalars_by_name_and_dtype_from_the_tensors():
+    from tensortune.frontends.triton.enqueue import launch_shape
+
+    names = ["x_ptr", "y_ptr", "n", "factor", "BLOCK"]
+    x = torch.zeros(4, dtype=torch.float16)
+
+    def inputs(n, factor=1.0, dtype="float32", scale=3):
+        pass
+
+    assert launch_shape(inputs, names, (x, x, 4), {"factor": 2.5}) == {"n": 4, "factor": 2.5, "dtype": "float16"}
+    assert launch_shape(inputs, names, (None, None, torch.tensor(4).item()), {}) == {"n": 4}  # defaults kept
+    with pytest.raises(ValueError, match=r"they have float16, float32; name the parameter after a scalar"):
+        launch_shape(inputs, names, (x, torch.zeros(4), 4), {})
+    with pytest.raises(ValueError, match=r"this launch does not pass 'n'"):
+        launch_shape(inputs, names, (x, x), {})
+
+
 def test_many_processes_queue_one_key_as_one_job(store):
     """Production processes meeting one key at once, each with a connection of its own (the
     queue's dedupe is a transaction: on PostgreSQL under an advisory lock on the job's digest)."""
