@@ -413,3 +413,15 @@ def test_every_rank_of_a_distributed_job_picks_the_tuned_key_up(tmp_path):
     r0, r1 = sorted(results, key=lambda r: r["rank"])
     assert (r0["first"], r1["first"]) == (["default", 16], ["agreed", 16])
     assert r0["then"] == r1["then"] == ["recorded", 128] and r0["jobs"] == r1["jobs"] == 1
+
+
+def test_a_job_done_without_a_record_for_this_target_is_warned_about(tmp_path, production):
+    store = str(tmp_path / "store.db")
+    prod = production(store, recheck_seconds=0)
+    launch(prod, 100)
+    q = JobQueue(Database(store))
+    job = q.claim("a worker on another GPU", lease_seconds=60)  # it records under its own target
+    q.finish(job.id, "a worker on another GPU", "done", "4 measured")
+    with pytest.warns(RuntimeWarning, match=r"job 1 is done \(4 measured\), but the store has no final record of "
+                                            r"the key for this process's target .*did the worker run on another GPU"):
+        assert launch(prod, 100).source == "default"

@@ -204,6 +204,9 @@ class Waiting:
             return None, f"job {self.job_id} failed: {job.message}"
         if job.status == "done":
             config = settled_config(db, self.workload, target, self.space)  # recorded just before it was done
-            return (config, None) if config is not None else \
-                (None, f"job {self.job_id} is done but recorded no final configuration for this key ({job.message})")
+            if config is not None:
+                return config, None
+            return None, (f"job {self.job_id} is done ({job.message}), but the store has no final record of the "
+                          f"key for this process's target {target.device} {target.arch} {target.versions_json}: "
+                          f"did the worker run on another GPU, or other Triton or tensortune versions?")
         return None, None
