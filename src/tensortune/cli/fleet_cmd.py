@@ -2,6 +2,7 @@
 
 Example (shell):
     tensortune --db postgresql://tt@db.lan/records queue add c_matmul '{"m": 512, "n": 512, "k": 512}' --trials 64
+    tensortune --db postgresql://tt@db.lan/records queue add triton mypkg.kernels:matmul --shape M=4096,N=4096,K=4096
     tensortune --db postgresql://tt@db.lan/records worker          # on every host
     tensortune --db postgresql://tt@db.lan/records queue list
 """
@@ -39,11 +40,12 @@ def _job(kind: str, spec: Any, budget: Any, strategy: str, where: str) -> tuple[
         spec = check_spec(kind, spec)
         if not isinstance(budget, dict):
             raise ValueError(f"a budget is a JSON object such as {{\"trials\": 32}}, got {budget!r}")
-        Budget.of(budget)
+        if JOB_KINDS[kind].check_budget is None:
+            Budget.of(budget)
         check_budget(kind, budget)
         if JOB_KINDS[kind].run is not None and strategy != "auto":
-            raise ValueError(f"a {kind} job's kernels are searched by its compile's own strategies; "
-                             f"leave --strategy at auto, got {strategy!r}")
+            raise ValueError(f"a {kind} job's kernels are searched by their own strategies (a compile's or a "
+                             f"kernel's); leave --strategy at auto, got {strategy!r}")
         if strategy not in strategy_names():
             raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(strategy_names())}")
     except ValueError as exc:
@@ -55,28 +57,34 @@ def _job(kind: str, spec: Any, budget: Any, strategy: str, where: str) -> tuple[
 @click.argument("kind", required=False, type=click.Choice(sorted(JOB_KINDS)))
 @click.argument("spec", required=False)
 @db_option
-@click.option("--trials", type=click.IntRange(min=1), default=None, help="Candidates to measure (default 32).")
+@click.option("--trials", type=click.IntRange(min=1), default=None,
+              help="Candidates to measure (default 32; a triton job: its kernel's budget).")
 @click.option("--seconds", type=click.FloatRange(min=0, min_open=True), default=None, help="Time budget per job.")
 @click.option("--strategy", default="auto", show_default=True, callback=check_strategy, help="Search strategy.")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME=VALUE,...",
+              help="triton jobs: SPEC is the target (MODULE:NAME) and each shape one job, e.g. M=4096,N=4096,K=4096 "
+                   "(repeatable).")
 @click.option("--from", "from_file", type=click.Path(exists=True, dir_okay=False),
               help='Jobs as JSON lines: {"kind": ..., "spec": {...}, "budget": {...}, "strategy": ...}.')
 @click.pass_context
 def queue_add(ctx: click.Context, kind: str | None, spec: str | None, db_path: str | None, trials: int | None,
-              seconds: float | None, strategy: str, from_file: str | None) -> None:
+              seconds: float | None, strategy: str, shapes: tuple[str, ...], from_file: str | None) -> None:
     """Queue a job: KIND and SPEC, its JSON (c_matmul: {"m": 512, "n": 512, "k": 512}; te_cpu:
     {"workload": "matmul", "args": [256, 256, 256]}; model: {"factory": "mypkg.models:small_mlp",
-    "inputs": ["4x64:float32"], "target": "cpu"}; see docs/fleet.md);
-    or many with --from. A job already queued or running is not queued twice."""
+    "inputs": ["4x64:float32"], "target": "cpu"}; triton: {"target": "mypkg.kernels:matmul",
+    "shape": {"M": 4096, "N": 4096, "K": 4096}}, or the target and --shape; see docs/fleet.md);
+    or many with --from. A job already queued or running is not queued twice. Without
+    --trials or --seconds, a triton job tunes with its kernel's budget, the others 32 trials."""
     if (kind is None) == (from_file is None):
         raise click.UsageError("give KIND and SPEC, or --from FILE")
+    if shapes and kind != "triton":
+        raise click.UsageError("--shape is for triton jobs: queue add triton MODULE:NAME --shape M=..,N=..")
     wanted = []
     if kind is not None:
-        try:
-            parsed = json.loads(spec) if spec is not None else None
-        except ValueError as exc:
-            raise click.ClickException(f"SPEC is not JSON: {exc}") from exc
-        budget = {k: v for k, v in (("trials", trials), ("seconds", seconds)) if v is not None} or {"trials": 32}
-        wanted.append(_job(kind, parsed, budget, strategy, ""))
+        budget = {k: v for k, v in (("trials", trials), ("seconds", seconds)) if v is not None} or \
+            dict(JOB_KINDS[kind].default_budget)
+        for parsed in _specs(spec, shapes):
+            wanted.append(_job(kind, parsed, budget, strategy, ""))
     else:
         with open(from_file, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
@@ -89,12 +97,32 @@ def queue_add(ctx: click.Context, kind: str | None, spec: str | None, db_path: s
                     raise click.ClickException(f"{where}not JSON: {exc}") from exc
                 if not isinstance(row, dict) or set(row) - {"kind", "spec", "budget", "strategy"}:
                     raise click.ClickException(f"{where}a job is an object with kind, spec, budget, strategy")
-                wanted.append(_job(str(row.get("kind")), row.get("spec"), row.get("budget", {"trials": 32}),
+                row_kind = str(row.get("kind"))
+                default = dict(JOB_KINDS[row_kind].default_budget) if row_kind in JOB_KINDS else {"trials": 32}
+                wanted.append(_job(row_kind, row.get("spec"), row.get("budget", default),
                                    str(row.get("strategy", "auto")), where))
     queue = JobQueue(open_database(ctx, db_path))
     for job in wanted:
         job_id = queue.enqueue(*job)
         click.echo(f"job {job_id}: {describe(job[0], job[1])} {job[2]} ({job[3]})")
+
+
+def _specs(spec: str | None, shapes: tuple[str, ...]) -> list[Any]:
+    """SPEC as JSON; with --shape, SPEC is a triton target and each shape one spec."""
+    if not shapes:
+        try:
+            return [json.loads(spec) if spec is not None else None]
+        except ValueError as exc:
+            raise click.ClickException(f"SPEC is not JSON: {exc}") from exc
+    if spec is None:
+        raise click.UsageError("give the target: queue add triton MODULE:NAME --shape M=..,N=..")
+    from ..extras import needs_extra
+    with needs_extra("queue add triton"):
+        from ..frontends.triton.offline import parse_shape
+    try:
+        return [{"target": spec, "shape": parse_shape(text)} for text in shapes]
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @queue_group.command("list")

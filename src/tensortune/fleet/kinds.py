@@ -24,6 +24,7 @@ from ..db import Target, Workload
 from ..measure import Builder, Runner
 from ..space import Config, Space
 from .model_job import check_model_budget, check_model_spec, describe_model, tune_model
+from .triton_job import check_triton_budget, check_triton_spec, describe_triton, triton_identity, tune_triton
 
 
 @dataclass
@@ -55,6 +56,8 @@ class JobKind:
     describe: Callable[[dict[str, Any]], str]
     run: Callable[[dict[str, Any], dict[str, Any], Any, int | None], Any] | None = None
     check_budget: Callable[[dict[str, Any]], Any] | None = None  # a kind's own rules for a job's budget
+    identity: Callable[[dict[str, Any]], Any] | None = None  # what two same jobs share (default: the spec)
+    default_budget: dict[str, Any] = field(default_factory=lambda: {"trials": 32})  # `queue add` without one
 
 
 JOB_KINDS: dict[str, JobKind] = {}
@@ -86,6 +89,12 @@ def check_budget(kind: str, budget: dict[str, Any]) -> None:
     rule = JOB_KINDS[kind].check_budget if kind in JOB_KINDS else None
     if rule is not None:
         rule(budget)
+
+
+def identity(kind: str, spec: dict[str, Any]) -> Any:
+    """What the queue dedupes jobs of `kind` by (the spec, unless the kind says otherwise)."""
+    same = JOB_KINDS[kind].identity if kind in JOB_KINDS else None
+    return same(spec) if same is not None else spec
 
 
 def describe(kind: str, spec: dict[str, Any]) -> str:
@@ -166,3 +175,13 @@ def _run_model(spec: dict[str, Any], budget: dict[str, Any], db: Any, jobs: int 
 
 register_job_kind("model", JobKind(check_model_spec, None, describe_model, run=_run_model,
                                    check_budget=check_model_budget))
+
+
+# ---- one shape of an autotuned Triton kernel (triton_job.py) -------------------------------
+def _run_triton(spec: dict[str, Any], budget: dict[str, Any], db: Any, jobs: int | None) -> Any:
+    check_triton_budget(budget)
+    return tune_triton(spec, budget, db, jobs)
+
+
+register_job_kind("triton", JobKind(check_triton_spec, None, describe_triton, run=_run_triton,
+                                    check_budget=check_triton_budget, identity=triton_identity, default_budget={}))

@@ -25,10 +25,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, or_, select, text, update
 
 from ..db import Database
 from ..db.schema import jobs
+from .kinds import identity
 
 STATUSES = ("queued", "running", "done", "failed")
 MAX_ATTEMPTS = 3
@@ -57,7 +58,9 @@ class Job:
 
 
 def spec_digest(kind: str, spec: dict[str, Any], budget: dict[str, Any], strategy: str) -> str:
-    text = json.dumps([kind, spec, budget, strategy], sort_keys=True, separators=(",", ":"))
+    """What the same job has in common: its kind's identity of the spec (the spec itself,
+    or for a triton job of a production key the kernel and the key), budget and strategy."""
+    text = json.dumps([kind, identity(kind, spec), budget, strategy], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -70,9 +73,12 @@ class JobQueue:
 
     def enqueue(self, kind: str, spec: dict[str, Any], budget: dict[str, Any], strategy: str = "auto") -> int:
         """Add a job and return its id; the same job (kind, spec, budget, strategy) already
-        queued or running is not added twice (its id is returned)."""
+        queued or running is not added twice (its id is returned), also when many processes
+        add it at once."""
         digest = spec_digest(kind, spec, budget, strategy)
         with self.db.transaction() as conn:
+            if conn.dialect.name == "postgresql":  # SQLite's write lock serializes enqueues already
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": int(digest[:15], 16)})
             same = conn.execute(select(jobs.c.id).where(jobs.c.spec_digest == digest,
                                                         jobs.c.status.in_(("queued", "running")))).first()
             if same:

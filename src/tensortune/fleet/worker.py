@@ -6,8 +6,9 @@ it. `interrupt()` (SIGTERM, Ctrl-C) ends the search after the candidates in flig
 queues the job again. A worker that dies leaves its job and claims to expire: another worker takes the
 job again and resumes from the store (every measurement is recorded the moment it
 exists, and the budget counts what earlier attempts measured). A job of a kind that
-tunes itself (a whole model's compile, `JobKind.run`) is one unit of work under the
-job's lease: the heartbeat renews it, and an interrupt lets the compile finish.
+tunes itself (a whole model's compile, a Triton kernel's shape: `JobKind.run`) is one
+unit of work under the job's lease: the heartbeat renews it, and an interrupt lets it
+finish.
 
 Example:
     >>> from tensortune.db import Database
@@ -137,10 +138,11 @@ class Worker:
         try:
             spec = check_spec(job.kind, job.spec)
             check_budget(job.kind, job.budget)
-            Budget.of(job.budget)
+            if kind.check_budget is None:
+                Budget.of(job.budget)
             if job.strategy != "auto":
-                raise ValueError(f"a {job.kind} job's kernels are searched by its compile's own strategies; "
-                                 f"its strategy must be auto, not {job.strategy!r}")
+                raise ValueError(f"a {job.kind} job's kernels are searched by their own strategies (a compile's or "
+                                 f"a kernel's); its strategy must be auto, not {job.strategy!r}")
         except (ValueError, TypeError) as exc:
             self.queue.finish(job.id, self.owner, "failed", str(exc))
             return JobOutcome(job.id, "failed", 0, str(exc))
@@ -155,6 +157,8 @@ class Worker:
                 return JobOutcome(job.id, "lost", result.trials, "its lease expired and another worker took it")
             done[0] = job.trials_done + result.trials
             self.queue.renew(job.id, self.owner, self.lease_seconds, done[0])
+            if getattr(result, "workload", None) is not None:  # one kernel key: `queue list` shows its savings
+                self.queue.attach(job.id, self.owner, *self.db.ids(result.workload, result.target))
             message = f"{result.trials} measured by {self.owner}; {result.summary()}"
             self.queue.finish(job.id, self.owner, "done", message)
             return JobOutcome(job.id, "done", result.trials, message)

@@ -43,6 +43,7 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
              use_cuda_graph: bool = False, do_bench: Callable[..., Any] | None = None,
              cache_results: bool = False, *, space: Any = None, strategy: Any = "auto", budget: Any = None,
              reference: Callable[..., Any] | None = None, bucket: Any = "exact", on_new_key: str = "tune",
+             recheck_seconds: float = 30.0,
              timer: Any = None, db: Any = None, records: "str | os.PathLike[str] | Sequence[Any] | None" = None,
              settings: Any = None, tolerance: "float | Mapping[str, float] | None" = None,
              check_inputs: str = "random", distributed: str = "auto", seed: int = 0, name: str | None = None,
@@ -63,8 +64,12 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
       expected results into them (returning None) or returns {argument name: tensor}.
       Without it, the first configuration that runs is the reference.
     - `bucket`: "exact", "pow2", "round", a function, or {key name: policy}.
-    - `on_new_key`: "tune" (now), or "nearest" (answer at once with the nearest tuned
-      key's configuration; `kernel.tune_pending()` tunes the new keys later).
+    - `on_new_key`: "tune" (now), "nearest" (answer at once with the nearest tuned
+      key's configuration; `kernel.tune_pending()` tunes the new keys later), or
+      "enqueue" (answer at once likewise and queue a fleet job for the key in the
+      store, which `tensortune worker` processes tune; the key is looked up again at
+      most every `recheck_seconds` on its launches, and the tuned configuration used
+      once recorded; needs `@kernel.inputs`, see docs/triton.md).
     - `timer`/`do_bench`: how candidates are timed (default: CUDA events, cold L2).
     - `db`: a `Database` or path (default: `Settings.db_path`); `records`: JSON-lines
       files of shipped records, imported on first use.
@@ -89,7 +94,8 @@ def autotune(configs: Sequence[Any] | None = None, key: Sequence[str] = (),
     options = _options(configs, key, prune_configs_by, reset_to_zero, restore_value, pre_hook, post_hook, warmup,
                        rep, use_cuda_graph, do_bench, dict(
                            space=space, budget=budget, records=records, strategy=strategy, reference=reference,
-                           bucket=bucket, on_new_key=on_new_key, timer=timer, db=db, settings=settings,
+                           bucket=bucket, on_new_key=on_new_key, recheck_seconds=recheck_seconds, timer=timer, db=db,
+                           settings=settings,
                            tolerance=tolerance, check_inputs=check_inputs, distributed=distributed, seed=seed,
                            name=name, progress=progress, builder=builder, isolate=isolate,
                            compile_jobs=compile_jobs, warm_start=warm_start, executor=executor,

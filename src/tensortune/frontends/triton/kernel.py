@@ -6,7 +6,10 @@ function with the decided configuration at once (no hashing of large objects, no
 database). A miss takes the slow path, once per key: bucket the key, then in order
 use the key's settled record, or (never-tune mode) the best recorded / nearest /
 first configuration, or (on_new_key="nearest") the nearest tuned key's configuration
-while the key waits in `kernel.pending`, or tune it now.
+while the key waits in `kernel.pending`, or (on_new_key="enqueue") the same answer while
+a fleet job tunes the key (its launches take the slow path, which looks the key up in
+the store again now and then, until the tuned configuration is there; enqueue.py), or
+tune it now.
 
 Example (with TRITON_INTERPRET=1; see docs/triton.md):
     >>> import triton, triton.language as tl, tensortune as tt
@@ -22,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,10 +34,10 @@ from typing import Any
 
 from triton.runtime.jit import KernelInterface
 
-from ...db import Database, Target, Workload, import_jsonl
+from ...db import Database, DatabaseError, Target, Workload, import_jsonl
 from ...settings import Settings
 from ...space import Config, Space
-from . import compat, workers
+from . import compat, enqueue, workers
 from .arguments import ArgSet, is_tensor, underlying
 from .configs import (config_of_triton, enumerate_space, launch_kwargs, space_of_configs,
                       space_of_triton_configs, triton_of_config)
@@ -111,6 +116,8 @@ class AutotunedKernel(KernelInterface):
         self._by_key: dict[TuningKey, Decision] = {}
         self._lock = threading.RLock()
         self._context: _Context | None = None
+        self._forced_context: _Context | None = None  # inside enqueue.recording_into (a fleet worker)
+        self._waiting: dict[TuningKey, enqueue.Waiting] = {}  # on_new_key="enqueue": keys a fleet job tunes
         self._source: str | None = None
         self.name = options.name or kernel_name(fn)
         self.short_name = getattr(self.base_fn, "__name__", self.name)
@@ -123,13 +130,17 @@ class AutotunedKernel(KernelInterface):
         self.configs_timings: dict[Any, Any] | None = None  # of the latest key tuned or read from records
         self.bench_time: float | None = None  # seconds the latest key's tuning took
         self.make_inputs: Callable[..., Any] | None = None
-        self.log: list[Decision] = []  # one entry per launch signature first seen (the slow path)
+        # one entry per launch signature first seen (the slow path), and again when a key a
+        # fleet job tuned is picked up
+        self.log: list[Decision] = []
         self._executor: Any = None  # the executor opened for `executor="ray"` (shared by the process's kernels)
         _KERNELS.add(self)
 
     def inputs(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Register `fn(**shape) -> (grid, args[, kwargs])`, which makes fresh arguments for
         a shape, so `tensortune triton tune` can tune this kernel from shapes alone."""
+        if self.options.on_new_key == "enqueue":
+            enqueue.check_inputs_function(fn, self.arg_names, self._tuned, self.name)
         self.make_inputs = fn
         return fn
 
@@ -184,6 +195,14 @@ class AutotunedKernel(KernelInterface):
         return self._source
 
     def context(self) -> _Context:
+        forced = enqueue.forced_store()
+        if forced is not None:  # a fleet worker's triton job: its store, whatever db= says
+            if self._forced_context is None or self._forced_context.db is not forced:
+                o = self.options
+                self._forced_context = _Context(o.settings or Settings.from_env(), forced,
+                                                current_target(self.interpreted),
+                                                resolve_timer(o.timer, o.do_bench, self.interpreted))
+            return self._forced_context
         if self._context is None:
             o = self.options
             settings = o.settings or Settings.from_env()
@@ -205,10 +224,43 @@ class AutotunedKernel(KernelInterface):
                 if d is None:
                     d = self._decide_key(key, args, kwargs, grid, called)
                     self._by_key[key] = d
-                self._decisions[raw] = d
-                self.log.append(d)
+                waiting = self._waiting.get(key)
+                if waiting is not None and waiting.due(self.options.recheck_seconds):
+                    d = self._look_again(key, waiting, d, args, kwargs)
+                if key not in self._waiting:
+                    self._decisions[raw] = d  # the fast path from now on
+                    self.log.append(d)
+                elif raw not in waiting.raws:  # type: ignore[union-attr]
+                    waiting.raws.add(raw)  # type: ignore[union-attr]
+                    self.log.append(d)
             self.best_config, self.decision = d.triton_config, d
             return d
+
+    def _look_again(self, key: TuningKey, waiting: enqueue.Waiting, d: Decision, args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Decision:
+        """A key a fleet job tunes, looked up in the store again: its tuned configuration
+        once recorded; the same answer while the job is to come; a warning, and the same
+        answer for good, when the job ended without one."""
+        ctx = self.context()
+        try:
+            config, why = waiting.look_up(ctx.db, ctx.target)
+        except DatabaseError as exc:
+            warnings.warn(f"{self.name}: cannot look up the key {key.as_dict()} in {ctx.db.where} ({exc}); "
+                          f"trying again in {self.options.recheck_seconds:g}s", RuntimeWarning, stacklevel=5)
+            return d
+        if config is None and why is None:
+            return d
+        del self._waiting[key]
+        if config is None:
+            warnings.warn(f"{self.name}: the key {key.as_dict()} was not tuned ({why}); its launches keep "
+                          f"{d.config.to_json()} ({d.source})", RuntimeWarning, stacklevel=5)
+            return d
+        cands = self._space_for(args, kwargs)
+        d = self._decision(key, config, "recorded", cands)
+        self._by_key[key] = d
+        self.cache[compat.triton_key(self.keys, {**dict(zip(self.arg_names, args)), **kwargs},
+                                     self.arg_names)] = d.triton_config
+        return d
 
     def _space_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> "_Candidates":
         """The candidates of this launch, after prune_configs_by (which sees the arguments as
@@ -253,6 +305,11 @@ class AutotunedKernel(KernelInterface):
         from .distributed import agree
 
         config, source = agree(decide, self.options.distributed)
+        if source == "agreed" and self.options.on_new_key == "enqueue" and enqueue.forced_store() is None \
+                and settled_config(ctx.db, workload, ctx.target, space) is None:
+            # rank 0 queued the key; this rank looks for the tuned configuration too
+            self._waiting[key] = enqueue.Waiting(workload, space, None,
+                                                 time.monotonic() + self.options.recheck_seconds)
         d = self._decision(key, config, source, cands)
         self.cache[triton_key] = d.triton_config
         if source == "tuned":
@@ -287,18 +344,40 @@ class AutotunedKernel(KernelInterface):
         settled = settled_config(ctx.db, workload, ctx.target, space)
         if settled is not None:
             return settled, "recorded"
+        worker = enqueue.forced_store() is not None  # a fleet worker tunes what it meets
+        if self.options.on_new_key == "enqueue" and not worker:
+            return self._enqueue(ctx, key, workload, cands, args, kwargs)
         if ctx.settings.never_tune:
             recorded = recorded_config(ctx.db, workload, ctx.target, space)
             if recorded is not None:
                 return recorded, "recorded"
             near = nearest_config(ctx.db, workload, ctx.target, key, space)
             return (near[0], "nearest") if near else (default, "default")
-        if self.options.on_new_key == "nearest":
+        if self.options.on_new_key == "nearest" and not worker:
             near = nearest_config(ctx.db, workload, ctx.target, key, space)
             if near is not None:
                 self.pending[key] = (grid, *_describe(args, kwargs))
                 return near[0], "nearest"
         return self._tune(key, workload, cands, args, kwargs, grid).config, "tuned"
+
+    def _enqueue(self, ctx: _Context, key: TuningKey, workload: Workload, cands: "_Candidates",
+                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Config, str]:
+        """on_new_key="enqueue": the key's best record so far, the nearest tuned key's
+        configuration or the first one, now; a fleet job for the key on the store's queue."""
+        spec = enqueue.job_spec(self, key, args, kwargs)  # a ValueError naming what is missing
+        try:
+            job_id: int | None = enqueue.put_on_queue(ctx.db, spec, enqueue.job_budget(self.options.budget))
+        except DatabaseError as exc:
+            warnings.warn(f"{self.name}: cannot queue the key {key.as_dict()} for tuning in {ctx.db.where} ({exc}); "
+                          f"looking for its records now and then", RuntimeWarning, stacklevel=6)
+            job_id = None
+        self._waiting[key] = enqueue.Waiting(workload, cands.space, job_id,
+                                             time.monotonic() + self.options.recheck_seconds)
+        recorded = recorded_config(ctx.db, workload, ctx.target, cands.space)
+        if recorded is not None:
+            return recorded, "recorded"
+        near = nearest_config(ctx.db, workload, ctx.target, key, cands.space)
+        return (near[0], "nearest") if near else (cands.default, "default")
 
     def _tune(self, key: TuningKey, workload: Workload, cands: "_Candidates", args: tuple[Any, ...],
               kwargs: dict[str, Any], grid: Any, budget: Any = None, strategy: Any = None) -> KeyTuning:
@@ -457,6 +536,7 @@ class AutotunedKernel(KernelInterface):
             for raw in [r for r, x in self._decisions.items() if x.key == key]:
                 del self._decisions[raw]  # in place: launch closures hold this dict
             self.pending.pop(key, None)
+            self._waiting.pop(key, None)
             self.best_config, self.decision = d.triton_config, d
         return d
 
@@ -477,6 +557,7 @@ class AutotunedKernel(KernelInterface):
         with self._lock:
             self._decisions.clear()
             self._by_key.clear()
+            self._waiting.clear()
 
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every candidate for these arguments without running or tuning (as

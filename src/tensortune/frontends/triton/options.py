@@ -19,7 +19,7 @@ from ...settings import Settings
 from ...space import Space
 from ...tuner import Budget
 
-ON_NEW_KEY = ("tune", "nearest")
+ON_NEW_KEY = ("tune", "nearest", "enqueue")
 CHECK_INPUTS = ("random", "given")
 DISTRIBUTED = ("auto", "broadcast", "shared-db", "off")
 
@@ -40,6 +40,7 @@ class AutotuneOptions:
     reference: Callable[..., Any] | None = None
     bucket: Any = "exact"
     on_new_key: str = "tune"
+    recheck_seconds: float = 30.0  # on_new_key="enqueue": how often a waiting key is looked up again
     timer: Any = None
     db: "Database | str | os.PathLike[str] | None" = None
     records: tuple[Path, ...] = ()
@@ -87,6 +88,9 @@ class AutotuneOptions:
                                      ("distributed", rest.get("distributed", "auto"), DISTRIBUTED)):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        recheck = rest.get("recheck_seconds", 30.0)
+        if isinstance(recheck, bool) or not isinstance(recheck, (int, float)) or not 0 <= recheck < float("inf"):
+            raise ValueError(f"recheck_seconds must be a number of seconds (0 or more), got {recheck!r}")
         executor = rest.get("executor")
         if isinstance(executor, str) and executor not in ("local", "ray"):
             raise ValueError(f"executor must be 'local', 'ray' or an Executor object; got {executor!r}")
