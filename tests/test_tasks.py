@@ -158,8 +158,8 @@ def test_concurrent_rounds_fill_the_executor_and_never_exceed_the_tasks():
 
 
 def test_rounds_of_several_tasks_run_at_once_and_share_the_budget():
-    """With concurrency 2, the two tasks of each wave tune at the same time: each round
-    waits at a barrier that only both together pass (one at a time would break it)."""
+    """With concurrency 2, the two tasks' rounds tune at the same time: each round waits
+    at a barrier that only both together pass (one at a time would break it)."""
     import threading
 
     together = threading.Barrier(2, timeout=30)
@@ -179,13 +179,37 @@ def test_rounds_of_several_tasks_run_at_once_and_share_the_budget():
     tasks = [Task("a", curve("a", 1.0)), Task("b", curve("b", 2.0))]
     result = TaskScheduler(tasks, budget=24, trials_per_round=4, concurrency=2, policy="round-robin").run()
     assert result.total_trials == 24 and result.trials == {"a": 12, "b": 12}
-    waves = {}
-    for r in result.rounds:
-        waves.setdefault(r.wave, []).append(r.task)
-    assert all(sorted(tasks_of_wave) == ["a", "b"] for tasks_of_wave in waves.values()) and len(waves) == 3
+    assert sorted(calls) == [("a", 4)] * 3 + [("b", 4)] * 3 and len(result.rounds) == 6
+    first_a, first_b = (next(r for r in result.rounds if r.task == t) for t in "ab")
+    assert first_a.started < first_b.started + first_b.seconds and first_b.started < first_a.started + first_a.seconds
 
 
-def test_a_wave_is_never_larger_than_the_trials_left():
+def test_a_slow_round_does_not_hold_back_the_other_tasks_rounds():
+    """Rounds start as others end: while one task's first round is still running, the
+    other task gets round after round (a scheduler that waited for both would hang here)."""
+    import threading
+
+    fast_rounds = threading.Semaphore(0)
+    order = []
+
+    def slow(n):
+        if "slow" not in order:  # its first round ends only once the fast task has had three
+            for _ in range(3):
+                assert fast_rounds.acquire(timeout=30)
+        order.append("slow")
+        return [MeasureResult(Config(i=k), (1.0,)) for k in range(n)]
+
+    def fast(n):
+        order.append("fast")
+        fast_rounds.release()
+        return [MeasureResult(Config(i=len(order) * 10 + k), (0.5,)) for k in range(n)]
+
+    tasks = [Task("slow", slow), Task("fast", fast)]
+    result = TaskScheduler(tasks, budget=20, trials_per_round=4, concurrency=2, policy="round-robin").run()
+    assert order.index("slow") >= 3 and result.total_trials == 20
+
+
+def test_rounds_at_once_never_take_more_than_the_trials_left():
     seen = []
 
     def tune(n):

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, create_engine, inspect, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -125,7 +127,7 @@ def _open_sqlite(where: StoreLocation) -> OpenStore:
         tables = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         _check_tables(shown, tables)
         if not memory:
-            raw.execute("PRAGMA journal_mode = WAL")
+            _retry_locked(lambda: raw.execute("PRAGMA journal_mode = WAL"))
         raw.execute("PRAGMA synchronous = NORMAL")
         conn = _wrap(raw)
         if not tables:
@@ -138,6 +140,20 @@ def _open_sqlite(where: StoreLocation) -> OpenStore:
     except sqlite3.DatabaseError as exc:
         return _sqlite_failed(where, existed, exc)
     return OpenStore(conn, read_only=version < schema.SCHEMA_VERSION, version=version)
+
+
+def _retry_locked(statement: Callable[[], Any], seconds: float = 30.0) -> Any:
+    """Run `statement`, again while SQLite says the database is locked: a change of journal
+    mode fails at once, past the busy timeout, while another process is opening a new
+    store (ranks of one job starting together)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return statement()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _has_meta(conn: Connection) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -79,6 +80,7 @@ class MeasureActor:
         self.node = _node_id()
         self.runners: OrderedDict[str, tuple[Any, RemoteRunner]] = OrderedDict()
         self.finished: set[str] = set()  # runners whose run has ended (`release`): the first to be adopted
+        self.starting: dict[str, threading.Thread] = {}  # runners whose worker `prepare` is starting
 
     def ready(self) -> dict[str, Any]:
         return {"index": self.index, "host": socket.gethostname(), "pid": os.getpid(), "node": self.node,
@@ -97,6 +99,7 @@ class MeasureActor:
                 recipe = ray.get(recipe)
             runner = self._adopt_finished(recipe)
             if runner is None and len(self.runners) >= MAX_RUNNERS:  # the least recently used goes
+                self.settle(next(iter(self.runners)))
                 _, (old, _) = self.runners.popitem(last=False)
                 runner = recipe.adopt(old) if recipe.adopt is not None else None
                 if runner is None:
@@ -112,6 +115,7 @@ class MeasureActor:
         if recipe.adopt is None:
             return None
         for key in [k for k in self.runners if k in self.finished]:  # least recently used first
+            self.settle(key)
             runner = recipe.adopt(self.runners[key][0])
             if runner is not None:
                 del self.runners[key]
@@ -132,20 +136,32 @@ class MeasureActor:
         """Make the task's runner and start its worker (`warm_up()`, where the runner has
         one) before any candidate arrives: sent to every actor when a run starts, so the
         actors start their workers at once and in parallel with the run's first builds.
-        A failure is left for the first candidate to meet (and record)."""
-        started = time.time()
+        The worker starts in a thread of its own, so that several tasks' workers start
+        together and candidates of other tasks are measured meanwhile; the task's first
+        candidate waits for it (`settle`). A failure is left for that candidate to meet
+        (and record)."""
+        started, fresh = time.time(), key not in self.runners
         try:
             runner, _ = self._runner(key, recipe_box)
-            warm_up = getattr(runner, "warm_up", None)
-            if warm_up is not None:
-                warm_up()
         except Exception as exc:  # noqa: BLE001 - the first candidate meets it again, recorded
             return {"started": started, "seconds": time.time() - started, "error": f"{type(exc).__name__}: {exc}"}
+        warm_up = getattr(runner, "warm_up", None)
+        if warm_up is not None and fresh:  # (a runner in use is never started again behind its back)
+            thread = threading.Thread(target=_quietly, args=(warm_up,), name=f"start-{key[:8]}", daemon=True)
+            thread.start()
+            self.starting[key] = thread
         return {"started": started, "seconds": time.time() - started, "error": ""}
+
+    def settle(self, key: str) -> None:
+        """Wait until the worker `prepare` started for this task is ready (or failed)."""
+        thread = self.starting.pop(key, None)
+        if thread is not None:
+            thread.join()
 
     def measure(self, key: str, recipe_box: list[Any], build: BuildResult) -> list[MeasureResult]:
         """The results of one built candidate (amendments of earlier ones may follow it)."""
         runner, recipe = self._runner(key, recipe_box)
+        self.settle(key)
         if build.ok and recipe.unpack is not None:
             try:
                 build = dataclasses.replace(build, artifact=recipe.unpack(build.artifact))
@@ -163,20 +179,31 @@ class MeasureActor:
     def late(self, key: str) -> list[MeasureResult]:
         if key not in self.runners:
             return []
+        self.settle(key)
         runner, _ = self.runners[key]
         return list(getattr(runner, "late_results", tuple)())
 
     def forget(self, key: str) -> None:
+        self.settle(key)
         self.finished.discard(key)
         entry = self.runners.pop(key, None)
         if entry is not None:
             _close(entry[0])
 
     def shutdown(self) -> None:
+        for key in list(self.starting):
+            self.settle(key)
         for runner, _ in self.runners.values():
             _close(runner)
         self.runners.clear()
         self.finished.clear()
+
+
+def _quietly(start: Callable[[], Any]) -> None:
+    try:
+        start()
+    except Exception:  # noqa: BLE001 - the task's first candidate meets it again, and records it
+        pass
 
 
 def _node_id() -> str:

@@ -40,6 +40,8 @@ from typing import Any
 from .channel import FrameParser, MalformedReply, write_frame
 from .errors import CandidateError, ErrorKind, environment_cause
 
+_STARTING = threading.Lock()  # workers started from several threads (an actor's runners) start one by one
+
 _STATE: dict[str, Any] = {}
 
 
@@ -311,7 +313,8 @@ class IsolatedWorker:
     def _start(self, with_main: bool = False) -> None:
         parent, child = self._ctx.Pipe()
         self._proc = self._ctx.Process(target=_serve, args=(child, self.env, self.niceness), daemon=True)
-        with _main_script(with_main), children_ignore_ctrl_c():
+        # one start at a time: `_main_script` swaps process-wide state (the child's imports run apart)
+        with _STARTING, _main_script(with_main), children_ignore_ctrl_c():
             self._proc.start()
         self._with_main = with_main
         child.close()

@@ -13,9 +13,10 @@ A task that has nothing left to measure, or has not improved in `patience` trial
 dropped from the allocation.
 
 With `concurrency` k > 1 (an executor that measures more candidates at once than one
-round holds, such as a Ray cluster: `concurrent_rounds`), each step runs the rounds of
-the k tasks ranked first at once, each in a thread of its own, so that every node is
-busy; their results are taken in when all k have finished.
+round holds, such as a Ray cluster: `concurrent_rounds`), up to k rounds of distinct
+tasks run at once, each in a thread of its own, so that every node is busy: whenever one
+ends, its results are taken in and the task ranked first among those not running gets
+the next round (no round waits for a slower one to end).
 
 Example:
     >>> from tensortune.measure import MeasureResult
@@ -39,7 +40,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,7 +62,7 @@ class TaskRound:
     best: float
     objective: float
     seconds: float
-    wave: int = 0  # rounds of the same wave ran at once
+    started: float = 0.0  # seconds from the schedule's start to this round's (rounds overlap with concurrency > 1)
 
 
 @dataclass(frozen=True)
@@ -143,19 +144,16 @@ class TaskScheduler:
     def run(self) -> ScheduleResult:
         start = time.perf_counter()
         rounds: list[TaskRound] = []
-        order = list(range(len(self.tasks)))  # warm-up: every task once
-        wave = 0
-        while not self._exhausted(start):
-            picks: list[int] = []
-            while len(picks) < min(self.concurrency, self._rounds_left()):
-                i = order.pop(0) if order else self.next_task(exclude=picks)
+        if self.concurrency > 1:
+            self._run_at_once(start, rounds)
+        else:
+            order = list(range(len(self.tasks)))  # warm-up: every task once
+            while not self._exhausted(start):
+                i = order.pop(0) if order else self.next_task()
                 if i is None:
                     break
-                picks.append(i)
-            if not picks:
-                break
-            rounds.extend(self._tune_wave(picks, wave))
-            wave += 1
+                began = time.perf_counter() - start
+                rounds.append(self._record_round(i, *self._timed_tune(i, self._round_trials(0, 1)), began))
         return ScheduleResult(
             best={t.name: c if c < UNMEASURED else math.inf for t, c in zip(self.tasks, self.best_costs)},
             trials={t.name: n for t, n in zip(self.tasks, self.trials_done)},
@@ -163,31 +161,45 @@ class TaskScheduler:
             seconds=time.perf_counter() - start,
             best_results={t.name: r for t, r in zip(self.tasks, self.best_results)})
 
-    def _rounds_left(self) -> int:
-        """Rounds the trial budget still allows at once (each of at least one trial)."""
-        if self.budget.trials is None:
-            return self.concurrency
-        return max(0, self.budget.trials - sum(self.trials_done))
+    def _run_at_once(self, start: float, rounds: list[TaskRound]) -> None:
+        """Up to `concurrency` rounds of distinct tasks in flight; a task is picked as soon
+        as a round ends, with what every round that has ended told."""
+        order = list(range(len(self.tasks)))  # warm-up: every task once
+        running: dict[Future[tuple[list[MeasureResult], float]], tuple[int, int, float]] = {}
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="task-round") as pool:
+            while True:
+                while len(running) < self.concurrency and not self._exhausted(start):
+                    reserved = sum(n for _, n, _ in running.values())
+                    n = self._round_trials(reserved, self.concurrency - len(running))
+                    if n < 1:
+                        break
+                    busy = [i for i, _, _ in running.values()]
+                    i = order.pop(0) if order else self.next_task(exclude=busy)
+                    if i is None:
+                        break
+                    running[pool.submit(self._timed_tune, i, n)] = (i, n, time.perf_counter() - start)
+                if not running:
+                    return
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=lambda f: running[f][2]):
+                    i, _, began = running.pop(future)
+                    rounds.append(self._record_round(i, *future.result(), began))
 
-    def _tune_wave(self, picks: list[int], wave: int) -> list[TaskRound]:
-        """One round of each picked task, at once when there are several; the trials left
-        are shared among them."""
-        n = self.trials_per_round
-        if self.budget.trials is not None:
-            n = max(1, min(n, (self.budget.trials - sum(self.trials_done)) // len(picks)))
-        if len(picks) == 1:
-            return [self._record_round(picks[0], *self._timed_tune(picks[0], n), wave)]
-        with ThreadPoolExecutor(len(picks), thread_name_prefix="task-round") as pool:
-            futures = [pool.submit(self._timed_tune, i, n) for i in picks]
-            outcomes = [f.result() for f in futures]
-        return [self._record_round(i, results, seconds, wave) for i, (results, seconds) in zip(picks, outcomes)]
+    def _round_trials(self, reserved: int, free: int) -> int:
+        """Trials of the next round: `trials_per_round`, or, when the trial budget has fewer
+        left beyond the `reserved` trials of rounds in flight, a share of what is left among
+        the `free` places for rounds (0: none left)."""
+        if self.budget.trials is None:
+            return self.trials_per_round
+        left = self.budget.trials - sum(self.trials_done) - reserved
+        return 0 if left < 1 else max(1, min(self.trials_per_round, left // max(1, free)))
 
     def _timed_tune(self, i: int, n: int) -> tuple[list[MeasureResult], float]:
         round_start = time.perf_counter()
         results = self.tasks[i].tune(n)
         return results, time.perf_counter() - round_start
 
-    def _record_round(self, i: int, results: list[MeasureResult], seconds: float, wave: int) -> TaskRound:
+    def _record_round(self, i: int, results: list[MeasureResult], seconds: float, started: float) -> TaskRound:
         if not results:
             self.dead[i] = True
         self.trials_done[i] += len(results)
@@ -201,7 +213,7 @@ class TaskScheduler:
         if self.patience is not None and self.trials_done[i] - self.last_improved[i] >= self.patience:
             self.dead[i] = True
         record = TaskRound(self.tasks[i].name, len(results), self.best_costs[i], self.current_objective(),
-                           seconds, wave)
+                           seconds, started)
         for cb in self.callbacks:
             cb(record)
         return record
