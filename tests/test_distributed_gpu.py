@@ -199,10 +199,16 @@ def test_a_whole_model_for_the_gpu_tunes_its_kernels_on_ray_in_concurrent_rounds
                                                                                   monkeypatch):
     """tensortune.compile(target="cuda", executor=...): the task scheduler runs several
     kernels' rounds at once on the cluster (a round of one kernel is smaller than what
-    the cluster measures at once); the compiled model matches eager torch."""
+    the cluster measures at once); the compiled model matches eager torch; every kernel's
+    winner is confirmed here in one shared worker, not in a worker each."""
     import tensortune
+    from tensortune.graph.targets import CudaTarget
     from tensortune.tasks import TaskScheduler
 
+    confirmers = []
+    shared_runner = CudaTarget.shared_runner
+    monkeypatch.setattr(CudaTarget, "shared_runner",
+                        lambda self, task: confirmers.append(shared_runner(self, task)) or confirmers[-1])
     schedules = []
     run = TaskScheduler.run
     monkeypatch.setattr(TaskScheduler, "run", lambda self: schedules.append(run(self)) or schedules[-1])
@@ -221,6 +227,7 @@ def test_a_whole_model_for_the_gpu_tunes_its_kernels_on_ray_in_concurrent_rounds
                 if r.extra.get("stage") != "build"]
     assert measured and all(r.extra.get("ray_gpus") == "0" for r in measured)
     (schedule,) = schedules
+    assert len(confirmers) == len(fast.report.tasks) >= 2 and all(r is confirmers[0] for r in confirmers)
     rounds = schedule.rounds  # several kernels' rounds at once: two of them overlap in time
     assert any(a.task != b.task and a.started < b.started < a.started + a.seconds for a in rounds for b in rounds), \
         rounds

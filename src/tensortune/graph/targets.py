@@ -251,14 +251,22 @@ class CudaTarget:
             self._runs_on = make_executor(self.executor, self.ray_address)
         return self._runs_on
 
+    def shared_runner(self, task: Any) -> Any:
+        """The GPU worker every kernel's search on this machine shares (made on first use)."""
+        from ..backends.triton.kernel import interpreting
+        if self._runner is None:
+            from ..measure.gpu import GpuRunner
+            interpret = interpreting()
+            self._runner = GpuRunner(task, timeout=60.0, env={"TRITON_INTERPRET": "1"} if interpret else {},
+                                     cutoff_factor=None if interpret else 4.0)
+        return self._runner
+
     def shared(self, task: Any) -> tuple[Any, Any]:
         """The GPU worker and compile pool every kernel's search shares (made on first use)."""
         from ..backends.triton.kernel import interpreting
         interpret = interpreting()
         env = {"TRITON_INTERPRET": "1"} if interpret else {}
-        if self._runner is None:
-            from ..measure.gpu import GpuRunner
-            self._runner = GpuRunner(task, timeout=60.0, env=env, cutoff_factor=None if interpret else 4.0)
+        self.shared_runner(task)
         if self._compiler is None and not interpret:
             import functools
 
@@ -328,6 +336,13 @@ class CudaTaskSearch:
     def finish(self) -> Any:
         if self._search._tuner is None:
             return self.recorded()
+        if self._search.executor is not None and not self._search._shared_runner:
+            # tuned on a cluster: the winner is confirmed here in the worker all kernels share,
+            # not in a worker of its own started for it (seconds each, one kernel after another)
+            own = self._search._runner
+            self._search._runner, self._search._shared_runner = self.target.shared_runner(self._search.task), True
+            if own is not None:
+                own.close()
         return self._search.finish(confirm=True)
 
     def step(self, built: Any, root: int, reads: tuple[int, ...], name: str) -> KernelStep:
