@@ -301,16 +301,28 @@ def test_multi_gpu_benchmark_dry_run_scales_out_and_its_ranks_agree(tmp_path):
 @pytest.mark.slow
 def test_multi_gpu_benchmark_dry_run_tunes_a_models_tasks_on_the_cluster(tmp_path):
     """benchmarks/multi_gpu.py --model --dry-run: a model compiled with its kernels built and
-    measured on a real local Ray cluster (Triton's interpreter), checked against eager."""
-    out = tmp_path / "multi_gpu_model.json"
+    measured on a real local Ray cluster (Triton's interpreter), checked against eager; its
+    trace (Ray's timeline, the records) read by benchmarks/ray_timeline.py."""
+    out, trace = tmp_path / "multi_gpu_model.json", tmp_path / "trace"
     command = [sys.executable, os.path.join(ROOT, "benchmarks", "multi_gpu.py"), "--dry-run", "--gpus", "1",
-               "--no-ray", "--no-ranks", "--model", "--model-budget", "2", "--json", str(out)]
+               "--no-ray", "--no-ranks", "--model", "--model-budget", "2", "--trace", str(trace), "--json", str(out)]
     env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     row = json.loads(out.read_text())["model"]["1"]
     assert row["tasks"] >= 2 and row["trials"] >= row["tasks"] and row["relative_error"] < 1e-3
     assert row["latency_ms"] > 0 and "a model's tasks on Ray" in done.stdout.splitlines()[-1]
+    summary = tmp_path / "timeline.json"
+    read = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "ray_timeline.py"),
+                           str(trace / "model_1_timeline.json"), "--json", str(summary)],
+                          capture_output=True, text=True, timeout=120)
+    assert read.returncode == 0, read.stderr[-2000:]
+    totals = json.loads(summary.read_text())["totals"]
+    builds = sum(t["calls"] for name, t in totals.items() if name.endswith("run_build"))
+    assert builds >= row["trials"] and totals["measure"]["calls"] >= row["trials"]
+    import sqlite3
+    with sqlite3.connect(trace / "model_1.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM records").fetchone()[0] >= row["trials"]
 
 
 @pytest.mark.slow
