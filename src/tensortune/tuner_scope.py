@@ -10,7 +10,8 @@ A scope belongs to the context that opened it (a context variable), which thread
 started with `contextvars.copy_context()` carry, as the task scheduler's rounds do. A
 tuner made in a thread that carries no scope (another thread pool's) gets the scope
 open in the process, if only one is; with several open, which one it belongs to is
-unknown, and its constructor raises rather than leave it out of every scope.
+unknown, and its constructor raises rather than leave it out of every scope. Tuners made
+inside `outside_tuner_scopes()` belong to none.
 
 Example:
     >>> from tensortune.db import Target, Workload
@@ -70,6 +71,21 @@ def tuner_scope(hook: TunerHook) -> Iterator[TunerScope]:
         with _lock:
             scope.open = False
             _open.remove(scope)
+
+
+_OUTSIDE = TunerScope(lambda tuner: None)  # marks a context whose tuners belong to no scope
+_OUTSIDE.open = False
+
+
+@contextmanager
+def outside_tuner_scopes() -> Iterator[None]:
+    """Tuners made inside belong to no scope, whatever scopes are open in the process (a
+    fleet worker's ordinary job, in a thread beside another worker's job that tunes itself)."""
+    token = _current.set(_OUTSIDE)
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 def scope_of_this_thread() -> TunerScope | None:

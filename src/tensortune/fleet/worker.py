@@ -31,7 +31,7 @@ from ..db import Database, DatabaseError
 from ..measure import MeasureResult, NullBuilder
 from ..search import create_strategy
 from ..tuner import Budget, Tuner
-from ..tuner_scope import tuner_scope
+from ..tuner_scope import outside_tuner_scopes, tuner_scope
 from .claims import CandidateClaims, ClaimingStrategy, TunerClaims
 from .kinds import JOB_KINDS, JobKind, Tuning, check_budget, check_spec, make_tuning
 from .queue import Job, JobQueue
@@ -190,7 +190,10 @@ class Worker:
                 with lock:
                     done[0] += 1
                     trials = done[0]
-                self.queue.renew(job.id, self.owner, self.lease_seconds, trials)
+                try:
+                    self.queue.renew(job.id, self.owner, self.lease_seconds, trials)
+                except DatabaseError:
+                    pass  # the heartbeat writes the count again, and deals with a store out of reach
 
         def adopt(tuner: Tuner) -> None:
             if claims.wrap(tuner):
@@ -219,9 +222,13 @@ class Worker:
 
         inner = create_strategy(job.strategy, tuning.space, budget=remaining)
         strategy = ClaimingStrategy(inner, claims, self._halt)
-        Tuner(tuning.space, tuning.runner, builder=tuning.builder, workload=tuning.workload, target=tuning.target,
-              db=self.db, strategy=strategy, progress=False, description=tuning.description, callbacks=[count],
-              budget=Budget(trials=remaining, seconds=budget.seconds, free_rejections=budget.free_rejections)).run()
+        with outside_tuner_scopes():  # claims already; not another worker's job that tunes itself
+            tuner = Tuner(tuning.space, tuning.runner, builder=tuning.builder, workload=tuning.workload,
+                          target=tuning.target, db=self.db, strategy=strategy, progress=False,
+                          description=tuning.description, callbacks=[count],
+                          budget=Budget(trials=remaining, seconds=budget.seconds,
+                                        free_rejections=budget.free_rejections))
+        tuner.run()
         return done[0] - first, strategy.told_from_others
 
     def _heartbeat(self, job: Job, claims: CandidateClaims | TunerClaims, lost: threading.Event, done: list[int],
