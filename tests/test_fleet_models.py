@@ -81,6 +81,7 @@ def test_a_model_job_is_tuned_by_a_worker_and_a_later_compile_is_built_from_its_
     assert "RuntimeError: the weights are not there" in q.get(broken).message
     assert "No module named 'no_such_models_here'" in q.get(missing).message
     assert sum(n for _, n, _ in db.workloads()) >= job.trials_done  # every measurement is in the store
+    assert db.query(select(func.count()).select_from(claims))[0][0] == 0  # its kernels' claims released
     _compile_from_records(store, models_module)
     listing = CliRunner().invoke(cli, ["--db", store, "queue", "list", "--json"])
     rows = json.loads(listing.output)
