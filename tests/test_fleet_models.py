@@ -1,5 +1,6 @@
 """Fleet `model` jobs: a whole PyTorch model queued, compiled and tuned by a real worker
-into the shared store, then compiled by a user from those records alone; bad specs
+into the shared store, then compiled by a user from those records alone; two workers
+compiling one model at once never measure a kernel's candidate twice; bad specs
 refused when queued, and a factory that cannot build its model failing its job only."""
 
 import json
@@ -7,13 +8,16 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import func, select
 
 from tensortune.cli.main import cli
 from tensortune.db import Database
+from tensortune.db.schema import claims
 from tensortune.fleet import JobQueue, Worker, check_spec
 
 torch = pytest.importorskip("torch")
@@ -77,6 +81,7 @@ def test_a_model_job_is_tuned_by_a_worker_and_a_later_compile_is_built_from_its_
     assert "RuntimeError: the weights are not there" in q.get(broken).message
     assert "No module named 'no_such_models_here'" in q.get(missing).message
     assert sum(n for _, n, _ in db.workloads()) >= job.trials_done  # every measurement is in the store
+    assert db.query(select(func.count()).select_from(claims))[0][0] == 0  # its kernels' claims released
     _compile_from_records(store, models_module)
     listing = CliRunner().invoke(cli, ["--db", store, "queue", "list", "--json"])
     rows = json.loads(listing.output)
@@ -135,3 +140,38 @@ def test_a_worker_process_tunes_a_queued_model_under_a_renewed_lease_for_a_users
     assert job.status == "done" and job.attempts == 1 and job.trials_done >= 2, job
     assert renewed
     _compile_from_records(store, models_module)
+
+
+def _measured_by_searches(db):
+    """How many times each (workload, target, configuration) was measured by a search: the
+    environment's failures and the re-timings of finalists (`confirm`) left out."""
+    return Counter((w, r.target, r.config.digest) for w, _, _ in db.workloads() for r in db.records(w)
+                   if not r.to_result().environment and r.strategy != "confirm")
+
+
+@pytest.mark.slow
+def test_two_workers_compiling_one_model_at_once_never_measure_a_candidate_twice(store, tmp_path, models_module):
+    q = JobQueue(Database(store))
+    spec = {"factory": f"{models_module}:small_mlp", "inputs": ["4x16"], "target": "cpu"}
+    jobs = [q.enqueue("model", spec, {"trials": trials}) for trials in (12, 13)]  # one model, two budgets
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, str(tmp_path)]), "TENSORTUNE_PROGRESS": "0"}
+    workers = [subprocess.Popen([sys.executable, "-m", "tensortune.cli.main", "--db", store, "worker", "--jobs",
+                                 "1", "--max-jobs", "1", "--exit-when-idle"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in jobs]
+    watch, most_claims, counted_while_running = Database(store), 0, False
+    while any(w.poll() is None for w in workers):
+        most_claims = max(most_claims, watch.query(select(func.count()).select_from(claims))[0][0])
+        counted_while_running |= any(j.status == "running" and j.trials_done > 0 for j in q.list())
+        time.sleep(0.05)
+    outs = [w.communicate(timeout=600) for w in workers]
+    assert all(w.returncode == 0 and "1 done" in out for w, (out, _) in zip(workers, outs)), outs
+    done = [q.get(j) for j in jobs]
+    assert all(j.status == "done" for j in done), [(j.status, j.message) for j in done]
+    assert len({j.owner for j in done}) == 2  # one job each, at once
+    # both compiles searched (neither only rebuilt the other's winners), each into its budget
+    assert all(j.trials_done >= 2 for j in done), [(j.trials_done, j.message) for j in done]
+    measured = _measured_by_searches(Database(store))
+    twice = {key: n for key, n in measured.items() if n > 1}
+    assert measured and not twice, twice
+    assert most_claims > 0 and counted_while_running  # claimed while measuring; trials shown while running
+    assert watch.query(select(func.count()).select_from(claims))[0][0] == 0  # released when each job ended

@@ -425,3 +425,27 @@ def test_a_job_done_without_a_record_for_this_target_is_warned_about(tmp_path, p
     with pytest.warns(RuntimeWarning, match=r"job 1 is done \(4 measured\), but the store has no final record of "
                                             r"the key for this process's target .*did the worker run on another GPU"):
         assert launch(prod, 100).source == "default"
+
+
+def test_a_triton_job_claims_each_candidate_before_measuring_it_and_releases_them_at_the_end(tmp_path, monkeypatch):
+    from sqlalchemy import select
+
+    from tensortune.db.schema import claims
+
+    store = str(tmp_path / "store.db")
+    db = Database(store)
+    job = JobQueue(db).enqueue("triton", {"target": "fleet_triton_kernels:scale", "shape": {"n": 100}}, {})
+    held_while_measured, time_candidate = [], K.BlockTimer.time
+
+    def peek(timer, fn):  # each candidate, as it is measured: the claims in the store
+        held_while_measured.append(sorted(o for (o,) in db.query(select(claims.c.owner))))
+        return time_candidate(timer, fn)
+
+    monkeypatch.setattr(K.BlockTimer, "time", peek)
+    (outcome,) = Worker(db, owner="w").run(exit_when_idle=True)
+    assert (outcome.status, outcome.trials) == ("done", 4), outcome
+    # the four configurations, claimed by the worker before they were measured (all four are
+    # asked for at once), then released
+    assert held_while_measured and all(h == ["w"] * len(K.BLOCKS) for h in held_while_measured[:4])
+    assert db.query(select(claims.c.owner)) == []
+    assert JobQueue(db).get(job).trials_done == 4

@@ -30,6 +30,7 @@ from .measure import Builder, Executor, MeasureResult, NullBuilder, Runner, make
 from .progress import TuneProgress
 from .search import SearchStrategy, create_strategy
 from .space import Config, Space
+from .tuner_scope import adopt
 
 
 @dataclass(frozen=True)
@@ -229,6 +230,7 @@ class Tuner:
         self.retry_failed = retry_failed  # measure again the candidates recorded as failed
         self.seed = seed
         self.transferred_from = 0  # records of other shapes or devices the search started from
+        adopt(self)  # made inside a `tuner_scope` (a fleet job that tunes itself): its hook adapts this tuner
 
     def run(self) -> TuneResult:
         try:

@@ -137,3 +137,60 @@ class ClaimingStrategy(WrappingStrategy):
         super().tell(results)
         self.inner.tell(results)
 
+
+
+class TunerClaims:
+    """The claims of one owner on whatever workloads and targets its tuners search: one
+    `CandidateClaims` per (workload, target), made as tuners of them appear. `wrap` is
+    the hook (`tuner_scope`) that makes a job that tunes itself (a model's compile, with
+    a tuner per kernel) claim its candidates; `renew` and `release` cover them all.
+
+    Example:
+        >>> from tensortune.db import Database, Target, Workload
+        >>> from tensortune.measure import CallableRunner
+        >>> from tensortune.space import Space
+        >>> from tensortune.tuner import Tuner
+        >>> db = Database(":memory:")
+        >>> held = TunerClaims(db, "w", lease_seconds=60)
+        >>> tuner = Tuner(Space({"n": [1, 2]}), CallableRunner(lambda n: n), workload=Workload.make("k"),
+        ...               target=Target.make("cpu", "x"), db=db, progress=False)
+        >>> held.wrap(tuner), type(tuner.strategy).__name__, len(held.claims)
+        (True, 'ClaimingStrategy', 1)
+    """
+
+    def __init__(self, db: Database, owner: str, lease_seconds: float, stop: threading.Event | None = None) -> None:
+        self.db, self.owner, self.lease_seconds = db, owner, lease_seconds
+        self.stop = stop or threading.Event()  # set: every wrapped search proposes nothing more
+        self.claims: dict[tuple[int, int], CandidateClaims] = {}
+        self._lock = threading.Lock()  # tuners are made in the task scheduler's threads too
+
+    def records_here(self, tuner: Any) -> bool:
+        """Whether `tuner` records into this store (the claims and the records must be in one)."""
+        db = tuner.db
+        return db is self.db or (db is not None and db.location == self.db.location
+                                 and str(db.location.path) != ":memory:")
+
+    def wrap(self, tuner: Any) -> bool:
+        """Make `tuner`'s search claim each candidate before it is measured; False (left
+        as it is) when it records elsewhere, retunes (measures again what is recorded),
+        or claims already."""
+        if isinstance(tuner.strategy, ClaimingStrategy) or tuner.retune or not self.records_here(tuner):
+            return False
+        with self._lock:
+            ids = self.db.ids(tuner.workload, tuner.target)
+            if ids not in self.claims:
+                self.claims[ids] = CandidateClaims(self.db, tuner.workload, tuner.target, self.owner,
+                                                   self.lease_seconds)
+            claims_ = self.claims[ids]
+        tuner.strategy = ClaimingStrategy(tuner.strategy, claims_, self.stop)
+        return True
+
+    def _all(self) -> list[CandidateClaims]:
+        with self._lock:
+            return list(self.claims.values())
+
+    def renew(self) -> int:
+        return sum(c.renew() for c in self._all())
+
+    def release(self) -> int:
+        return sum(c.release() for c in self._all())

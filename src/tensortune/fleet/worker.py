@@ -8,7 +8,8 @@ job again and resumes from the store (every measurement is recorded the moment i
 exists, and the budget counts what earlier attempts measured). A job of a kind that
 tunes itself (a whole model's compile, a Triton kernel's shape: `JobKind.run`) is one
 unit of work under the job's lease: the heartbeat renews it, and an interrupt lets it
-finish.
+finish. Every Tuner it makes (one per kernel) claims its candidates all the same
+(`TunerClaims` through `tuner_scope`), and counts what it measures as the job's trials.
 
 Example:
     >>> from tensortune.db import Database
@@ -30,7 +31,8 @@ from ..db import Database, DatabaseError
 from ..measure import MeasureResult, NullBuilder
 from ..search import create_strategy
 from ..tuner import Budget, Tuner
-from .claims import CandidateClaims, ClaimingStrategy
+from ..tuner_scope import outside_tuner_scopes, tuner_scope
+from .claims import CandidateClaims, ClaimingStrategy, TunerClaims
 from .kinds import JOB_KINDS, JobKind, Tuning, check_budget, check_spec, make_tuning
 from .queue import Job, JobQueue
 
@@ -134,7 +136,8 @@ class Worker:
     def _run_whole(self, job: Job, kind: JobKind) -> JobOutcome:
         """A job that tunes itself (a whole model's compile): one unit of work under the
         job's lease, which the heartbeat renews; its measurements are recorded as it goes,
-        and the trials it measured are counted when it ends."""
+        each of its tuners claims its candidates and counts them as the job's trials, and
+        the job's lost lease stops their searches."""
         try:
             spec = check_spec(job.kind, job.spec)
             check_budget(job.kind, job.budget)
@@ -149,10 +152,12 @@ class Worker:
         assert kind.run is not None
         lost, finished = threading.Event(), threading.Event()
         done = [job.trials_done]
-        beat = threading.Thread(target=self._heartbeat, args=(job, None, lost, done, finished), daemon=True)
+        claims = TunerClaims(self.db, self.owner, self.lease_seconds, stop=lost)
+        beat = threading.Thread(target=self._heartbeat, args=(job, claims, lost, done, finished), daemon=True)
         beat.start()
         try:
-            result = kind.run(spec, job.budget, self.db, self.jobs)
+            with tuner_scope(self._adopt(job, claims, done)):
+                result = kind.run(spec, job.budget, self.db, self.jobs)
             if lost.is_set():
                 return JobOutcome(job.id, "lost", result.trials, "its lease expired and another worker took it")
             done[0] = job.trials_done + result.trials
@@ -172,6 +177,28 @@ class Worker:
         finally:
             finished.set()
             beat.join()
+            claims.release()
+
+    def _adopt(self, job: Job, claims: TunerClaims, done: list[int]) -> Callable[[Tuner], None]:
+        """The hook for every Tuner a job that tunes itself makes: its search claims its
+        candidates, and each candidate it measures counts towards the job's trials (which
+        `queue list` shows while the job runs)."""
+        lock = threading.Lock()  # the tuners of a compile's task scheduler run in threads of their own
+
+        def count(result: MeasureResult) -> None:
+            if not result.environment and not result.amends:
+                with lock:
+                    done[0] += 1
+                    trials = done[0]
+                try:
+                    self.queue.renew(job.id, self.owner, self.lease_seconds, trials)
+                except DatabaseError:
+                    pass  # the heartbeat writes the count again, and deals with a store out of reach
+
+        def adopt(tuner: Tuner) -> None:
+            if claims.wrap(tuner):
+                tuner.callbacks.append(count)
+        return adopt
 
     def _tune(self, job: Job, tuning: Tuning, budget: Budget, claims: CandidateClaims, lost: threading.Event,
               done: list[int]) -> tuple[int, int]:
@@ -195,12 +222,16 @@ class Worker:
 
         inner = create_strategy(job.strategy, tuning.space, budget=remaining)
         strategy = ClaimingStrategy(inner, claims, self._halt)
-        Tuner(tuning.space, tuning.runner, builder=tuning.builder, workload=tuning.workload, target=tuning.target,
-              db=self.db, strategy=strategy, progress=False, description=tuning.description, callbacks=[count],
-              budget=Budget(trials=remaining, seconds=budget.seconds, free_rejections=budget.free_rejections)).run()
+        with outside_tuner_scopes():  # claims already; not another worker's job that tunes itself
+            tuner = Tuner(tuning.space, tuning.runner, builder=tuning.builder, workload=tuning.workload,
+                          target=tuning.target, db=self.db, strategy=strategy, progress=False,
+                          description=tuning.description, callbacks=[count],
+                          budget=Budget(trials=remaining, seconds=budget.seconds,
+                                        free_rejections=budget.free_rejections))
+        tuner.run()
         return done[0] - first, strategy.told_from_others
 
-    def _heartbeat(self, job: Job, claims: CandidateClaims | None, lost: threading.Event, done: list[int],
+    def _heartbeat(self, job: Job, claims: CandidateClaims | TunerClaims, lost: threading.Event, done: list[int],
                    finished: threading.Event) -> None:
         """Renew the job's lease and the claims every third of a lease; a store that cannot
         be reached for a whole lease means the job may be another's by now: stop."""
@@ -211,8 +242,7 @@ class Worker:
                     lost.set()
                     self._halt.set()
                     return
-                if claims is not None:
-                    claims.renew()
+                claims.renew()
                 last = time.monotonic()
             except DatabaseError as exc:
                 self.log(f"job {job.id}: cannot renew its lease ({exc})")

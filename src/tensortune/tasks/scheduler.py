@@ -37,6 +37,7 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -177,7 +178,9 @@ class TaskScheduler:
                     i = order.pop(0) if order else self.next_task(exclude=busy)
                     if i is None:
                         break
-                    running[pool.submit(self._timed_tune, i, n)] = (i, n, time.perf_counter() - start)
+                    # a round runs in the context of the caller (its tuner scope: tuner_scope.py)
+                    round_ = pool.submit(contextvars.copy_context().run, self._timed_tune, i, n)
+                    running[round_] = (i, n, time.perf_counter() - start)
                 if not running:
                     return
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
