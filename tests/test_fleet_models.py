@@ -19,6 +19,7 @@ from tensortune.cli.main import cli
 from tensortune.db import Database
 from tensortune.db.schema import claims
 from tensortune.fleet import JobQueue, Worker, check_spec
+from tensortune.fleet.model_job import ModelTuned, model_tuned
 
 torch = pytest.importorskip("torch")
 
@@ -119,6 +120,23 @@ def test_a_bad_model_spec_is_refused_with_what_is_wrong(tmp_path):
         out = CliRunner().invoke(cli, ["--db", store, *args])
         assert out.exit_code != 0 and message in out.output and "Traceback" not in out.output, (args, out.output)
     assert JobQueue(Database(store)).list() == []
+
+
+def test_a_model_jobs_trials_count_each_kernel_once_at_its_tuning_whatever_its_graphs_report():
+    """A kernel in several graphs: tuned once (every graph of a joint tuning reports that
+    tuning's trials) or built from its records by a graph compiled later (0 trials)."""
+    from tensortune.graph.report import CompileReport, TaskReport
+
+    def graph(*tasks):
+        return CompileReport("cpu", tasks=[TaskReport(label, 1, trials, 1e-6, source, key=key)
+                                           for key, label, trials, source in tasks])
+
+    tuned_first = graph(("mm", "mm 4x16", 6, "tuned"), ("add", "add 4x16", 4, "tuned"))
+    later = graph(("mm", "mm 4x16", 0, "records"), ("add", "add 4x16", 4, "tuned"),
+                  ("cumsum", "cumsum 4x16", 3, "torch (every candidate failed)"), ("relu", "relu 4x16", 0, "records"))
+    for reports in ([tuned_first, later], [later, tuned_first]):
+        done = model_tuned(reports)
+        assert done == ModelTuned(trials=13, tasks=4, tuned=2, from_records=1, fallbacks=1), done
 
 
 @pytest.mark.slow

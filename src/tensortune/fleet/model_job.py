@@ -20,10 +20,14 @@ Example:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..model_inputs import load_model, parse_input, tensors_device
+
+if TYPE_CHECKING:
+    from ..graph.report import CompileReport
 
 TARGETS = ("cpu", "cuda")
 PROLOGUES = ("fuse", "materialize", "measure")
@@ -100,8 +104,36 @@ def tune_model(spec: dict[str, Any], budget: int | float, db: Any, jobs: int | N
     torch._dynamo.reset()  # a worker compiles many models: dynamo's recompile limit is per process
     compiled = compile_model(model, examples, target=spec["target"], budget=budget, db=db, progress=False,
                              prologues=spec["prologues"], jobs=jobs)
-    tasks = {t.key or t.label: t for r in compiled.reports for t in r.tasks}
-    return ModelTuned(trials=sum(t.trials for t in tasks.values()), tasks=len(tasks),
-                      tuned=sum(1 for t in tasks.values() if t.source == "tuned"),
-                      from_records=sum(1 for t in tasks.values() if t.source == "records"),
-                      fallbacks=sum(1 for t in tasks.values() if t.source.startswith("torch")))
+    return model_tuned(compiled.reports)
+
+
+def model_tuned(reports: "Sequence[CompileReport]") -> ModelTuned:
+    """What the compile of a model did, from the reports of its graphs. A kernel that
+    several graphs share is one task, tuned once for them all: each graph's report shows
+    that tuning's trials, or 0 when a graph compiled later built it from the records the
+    tuning left. So a task counts its most trials, and it was tuned if any graph tuned
+    it, else built from records if any graph was, else run by torch.
+
+    Example:
+        >>> from tensortune.graph.report import CompileReport, TaskReport
+        >>> first = CompileReport("cpu", tasks=[TaskReport("mm 4x8", 1, 6, 1e-6, "tuned", key="mm")])
+        >>> later = CompileReport("cpu", tasks=[TaskReport("mm 4x8", 1, 0, 1e-6, "records", key="mm")])
+        >>> model_tuned([first, later])
+        ModelTuned(trials=6, tasks=1, tuned=1, from_records=0, fallbacks=0)
+    """
+    trials: dict[str, int] = {}
+    source: dict[str, str] = {}
+    for task in (t for r in reports for t in r.tasks):
+        key = task.key or task.label
+        trials[key] = max(trials.get(key, 0), task.trials)
+        if key not in source or _rank(task.source) < _rank(source[key]):
+            source[key] = task.source
+    return ModelTuned(trials=sum(trials.values()), tasks=len(source),
+                      tuned=sum(1 for s in source.values() if s == "tuned"),
+                      from_records=sum(1 for s in source.values() if s == "records"),
+                      fallbacks=sum(1 for s in source.values() if s.startswith("torch")))
+
+
+def _rank(source: str) -> int:
+    """Which of a kernel's pieces says how the job got it: tuned, then records, then torch."""
+    return {"tuned": 0, "records": 1}.get(source, 2)
