@@ -233,13 +233,18 @@ class Tuner:
         adopt(self)  # made inside a `tuner_scope` (a fleet job that tunes itself): its hook adapts this tuner
 
     def run(self) -> TuneResult:
+        asked: dict[Config, None] = {}  # proposed by the strategy in this run, in order
+        measured: set[Config] = set()  # of those, the ones with a result of their own
         try:
-            return self._run()
+            return self._run(asked, measured)
         finally:
-            if self._owns_executor:
-                self.executor.close()
+            try:
+                if self._owns_executor:
+                    self.executor.close()
+            finally:
+                self.strategy.run_ended([c for c in asked if c not in measured])
 
-    def _run(self) -> TuneResult:
+    def _run(self, asked: dict[Config, None], measured: set[Config]) -> TuneResult:
         start = time.perf_counter()
         self._use_transfer()
         prior = self._prior_results()
@@ -287,7 +292,9 @@ class Tuner:
                     if len(configs) < n and not proposed:
                         # the strategy is asked for whole batches, handed out as slots free up, so
                         # that a seeded search proposes the same candidates however the slots free up
-                        proposed.extend(self.strategy.ask(int(min(batch, room - len(configs)))))
+                        fresh = self.strategy.ask(int(min(batch, room - len(configs))))
+                        asked.update(dict.fromkeys(fresh))
+                        proposed.extend(fresh)
                     taken = proposed[:n - len(configs)]
                     del proposed[:len(taken)]
                     configs += taken
@@ -324,6 +331,7 @@ class Tuner:
                                            f"({result.environment}): {result.message.splitlines()[0][:200]}")
                         else:
                             streak = 0
+                            measured.add(result.config)
                             cost = int(self.budget.charges(result, rejected))
                             charged += cost
                             rejected += int(result.rejected_by_build)

@@ -80,6 +80,11 @@ class SearchStrategy(ABC):
         """Never propose `configs`: another searcher sharing this history will measure them."""
         self.seen.update(configs)
 
+    def run_ended(self, unmeasured: Sequence[Config]) -> None:
+        """The tuner's run ended without measuring `unmeasured`, which this strategy
+        proposed in it (the run ran out of time mid-batch, or ended before measuring again
+        a candidate the environment failed). Nothing by default: they stay seen."""
+
     def pace_model(self, share: float, seconds: float) -> None:
         """Let a cost model's refits take at most `share` of the measuring time, or
         `seconds` per measurement, whichever is more, by refitting after several
@@ -121,6 +126,9 @@ class WrappingStrategy(SearchStrategy):
 
     def pace_model(self, share: float, seconds: float) -> None:
         self.inner.pace_model(share, seconds)
+
+    def run_ended(self, unmeasured: Sequence[Config]) -> None:
+        self.inner.run_ended(unmeasured)
 
 
 # name -> "module:Class" (imported on first use) or a class
