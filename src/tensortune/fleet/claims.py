@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import delete, update
 
-from ..db import Database, Target, Workload
+from ..db import Database, DatabaseError, Target, Workload
 from ..db.schema import claims
 from ..measure import MeasureResult
 from ..search import SearchStrategy
@@ -73,11 +73,16 @@ class CandidateClaims:
             claims.c.workload_id == self.workload_id, claims.c.target_id == self.target_id,
             claims.c.owner == self.owner).values(expires_at=time.time() + self.lease_seconds))
 
-    def release(self) -> int:
-        """Drop this owner's claims (their records are in the store by now)."""
-        return self.db.write(delete(claims).where(
-            claims.c.workload_id == self.workload_id, claims.c.target_id == self.target_id,
-            claims.c.owner == self.owner))
+    def release(self, configs: Sequence[Config] | None = None) -> int:
+        """Drop this owner's claims (their records are in the store by now), or only those
+        of `configs` (candidates it will not measure for now)."""
+        mine = [claims.c.workload_id == self.workload_id, claims.c.target_id == self.target_id,
+                claims.c.owner == self.owner]
+        if configs is not None:
+            if not configs:
+                return 0
+            mine.append(claims.c.config_hash.in_(sorted({c.digest for c in configs})))
+        return self.db.write(delete(claims).where(*mine))
 
 
 class ClaimingStrategy(WrappingStrategy):
@@ -85,16 +90,26 @@ class ClaimingStrategy(WrappingStrategy):
 
     `stop` (set when the worker lost its job) makes `ask` return nothing, which ends
     the run. With nothing left to propose but candidates others still hold, `ask`
-    waits (polling every `poll` seconds) for their records or the end of their claims."""
+    waits (polling every `poll` seconds) for their records or the end of their claims,
+    at most `wait_seconds` per candidate and run (two leases by default): then it gives
+    up on them for this run, so that two searches holding what the other waits for
+    cannot wait forever. When a run ends, the claims of what it proposed but did not
+    measure are dropped at once, and those candidates are proposed again first by the
+    next run (if no one else measured or holds them by then)."""
 
     def __init__(self, inner: SearchStrategy, claims_: CandidateClaims, stop: threading.Event | None = None,
-                 poll: float = 0.5) -> None:
+                 poll: float = 0.5, wait_seconds: float | None = None) -> None:
         super().__init__(inner.space, inner.seed, inner.budget)
         self.inner, self.claims, self.poll = inner, claims_, poll
+        self.wait_seconds = 2 * claims_.lease_seconds if wait_seconds is None else wait_seconds
         self.stop = stop or threading.Event()
         self.name = inner.name  # type: ignore[misc]
-        self.held_back: list[Config] = []  # claimed by other workers when proposed
+        # not proposed yet: held by other workers when proposed, or taken back when a run did
+        # not measure them; each with when this run stops waiting on it (None: not waited on yet)
+        self.held_back: dict[Config, float | None] = {}
         self.told_from_others = 0
+        self.gave_up = 0  # waits on another worker's claim that ran out (one per candidate and run)
+        self._given_up: set[Config] = set()  # in this run
 
     def ask(self, n: int) -> list[Config]:
         out: list[Config] = []
@@ -105,9 +120,12 @@ class ClaimingStrategy(WrappingStrategy):
             fresh = self.inner.ask(n - len(out))
             for config in fresh:
                 if not self._learned(config):
-                    (out if self.claims.take(config) else self.held_back).append(config)
+                    if self.claims.take(config):
+                        out.append(config)
+                    else:
+                        self.held_back[config] = time.monotonic() + self.wait_seconds
             if not fresh:
-                if out or not self.held_back:
+                if out or not self._waiting():
                     break
                 self.stop.wait(self.poll)  # only candidates others hold are left
         return out
@@ -122,21 +140,42 @@ class ClaimingStrategy(WrappingStrategy):
 
     def _settle(self, n: int) -> list[Config]:
         """Held-back candidates whose record arrived (told) or whose claim we now hold."""
-        ours, waiting = [], []
-        for config in self.held_back:
-            if self._learned(config):
+        ours: list[Config] = []
+        waiting: dict[Config, float | None] = {}
+        for config, until in self.held_back.items():
+            if config in self.seen or self._learned(config):  # seen: told already (recorded before the run)
                 continue
             if len(ours) < n and self.claims.take(config):
                 ours.append(config)
             else:
-                waiting.append(config)
+                waiting[config] = until
         self.held_back = waiting
         return ours
+
+    def _waiting(self) -> bool:
+        """Whether a held-back candidate is still worth waiting for in this run."""
+        now = time.monotonic()
+        for config, until in list(self.held_back.items()):
+            if until is None:
+                self.held_back[config] = now + self.wait_seconds
+            elif until <= now and config not in self._given_up:
+                self._given_up.add(config)
+                self.gave_up += 1
+        return any(until is not None and until > now for until in self.held_back.values())
 
     def tell(self, results: Sequence[MeasureResult]) -> None:
         super().tell(results)
         self.inner.tell(results)
 
+    def run_ended(self, unmeasured: Sequence[Config]) -> None:
+        """Drop the claims of what the run proposed but did not measure, and take those
+        candidates back to propose first next time; the next run waits afresh."""
+        try:
+            self.claims.release(unmeasured)
+        except DatabaseError:
+            pass  # they stay claimed (proposed again by the next run) until the job's end or their lease's
+        self.held_back = {**dict.fromkeys(unmeasured), **dict.fromkeys(self.held_back)}
+        self._given_up.clear()
 
 
 class TunerClaims:
