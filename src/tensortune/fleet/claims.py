@@ -6,7 +6,9 @@ update of a claim that expired); it lasts a lease that its live worker keeps ren
 so the candidates of a worker that died are free again once its lease runs out.
 `ClaimingStrategy` wraps any search strategy: of what it proposes, a candidate already
 recorded is told to it instead of measured, one claimed by another worker is held back
-until its record arrives (told) or its claim expires (measured here).
+until its record arrives (told) or its claim expires (measured here), or, with nothing
+else to propose, for a bounded wait. A run that ends with candidates claimed but not
+measured drops their claims at once.
 
 Example:
     >>> from tensortune.db import Database, Target, Workload
