@@ -11,9 +11,11 @@ from sqlalchemy import select
 
 from tensortune.db import Database, Target, Workload
 from tensortune.db.schema import claims as claims_table
-from tensortune.fleet import CandidateClaims, ClaimingStrategy
+from tensortune.fleet import (JOB_KINDS, CandidateClaims, ClaimingStrategy, JobKind, JobQueue, Tuning, Worker,
+                              register_job_kind)
 from tensortune.measure import CallableRunner, CandidateError, ErrorKind, Timer
-from tensortune.search import SearchStrategy, create_strategy
+from tensortune.search import SearchStrategy, create_strategy, register_strategy
+from tensortune.search import base as search_base
 from tensortune.space import Config, Space
 from tensortune.tuner import Budget, Tuner
 
@@ -22,13 +24,14 @@ QUICK = Timer(warmup_seconds=0, min_repeats=2, budget_seconds=0)
 
 
 class InOrder(SearchStrategy):
-    """Proposes the given configurations in that order (each once)."""
+    """Proposes the given configurations (or values of `i`) in that order, each once."""
 
     name = "in_order"
 
-    def __init__(self, space: Space, order: list[Config]) -> None:
-        super().__init__(space)
-        self.order = order
+    def __init__(self, space: Space, order: list[Config] | tuple[int, ...], seed: int | None = None,
+                 budget: int | None = None) -> None:
+        super().__init__(space, seed, budget)
+        self.order = [c if isinstance(c, Config) else Config(i=c) for c in order]
 
     def ask(self, n: int) -> list[Config]:
         out = [c for c in self.order if c not in self.seen][:n]
@@ -121,3 +124,52 @@ def test_two_searches_each_holding_what_the_other_waits_for_give_up_instead_of_w
     a.stop.clear(), b.stop.clear()
     again = tuner_a.run().trials + tuner_b.run().trials
     assert _measured(db) == {0: 1, 1: 1} and sum(ended.values()) + again == 2
+
+
+def test_two_workers_whose_jobs_each_hold_what_the_other_waits_for_both_finish(store):
+    """The same deadlock between two `Worker`s whose heartbeats keep renewing the claims:
+    each job's search gives up on the other's candidate after two leases."""
+    space = Space({"i": [0, 1]})
+    both_claimed = threading.Barrier(2, timeout=60)
+
+    def make(spec: dict, jobs: int | None) -> Tuning:
+        calls: list[int] = []
+
+        def kernel(i: int) -> int:
+            if not calls:
+                both_claimed.wait()
+            calls.append(i)
+            if i == spec["fails"]:
+                raise CandidateError(ErrorKind.RUNTIME_ERROR, "the device was taken", environment="device busy")
+            return i
+        return Tuning(space, CallableRunner(kernel, QUICK), None, W, T, None, f"fails {spec['fails']}")
+
+    register_job_kind("claims_test", JobKind(check=dict, make=make, describe=str))
+    register_strategy("claims_test_up", InOrder, order=(0, 1))
+    register_strategy("claims_test_down", InOrder, order=(1, 0))
+    db = Database(store)
+    queue = JobQueue(db)
+    jobs = [queue.enqueue("claims_test", {"fails": 0}, {"trials": 2}, "claims_test_up"),
+            queue.enqueue("claims_test", {"fails": 1}, {"trials": 2}, "claims_test_down")]
+    workers = [Worker(Database(store), owner=f"w{k}", lease_seconds=1.0, poll_seconds=0.1) for k in range(2)]
+    threads = [threading.Thread(target=w.run, kwargs={"max_jobs": 1}, daemon=True) for w in workers]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        stuck = [t for t in threads if t.is_alive()]
+    finally:
+        for w in workers:
+            w.interrupt()  # lets workers that are stuck go (before the fix, they wait for each other)
+        for t in threads:
+            t.join(30)
+        JOB_KINDS.pop("claims_test")
+        for name in ("claims_test_up", "claims_test_down"):
+            search_base._REGISTRY.pop(name)
+            search_base._BOUND_OPTIONS.pop(name, None)
+    assert not stuck, "two jobs waited for each other's claims"
+    done = [queue.get(j) for j in jobs]
+    assert [j.status for j in done] == ["done", "done"], done
+    assert any("left to the other workers that held them" in j.message for j in done), done
+    assert _claimed(db) == {} and set(_measured(db).values()) <= {1}

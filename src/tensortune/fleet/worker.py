@@ -110,14 +110,15 @@ class Worker:
         beat = threading.Thread(target=self._heartbeat, args=(job, claims, lost, done, finished), daemon=True)
         beat.start()
         try:
-            measured, learned = self._tune(job, tuning, budget, claims, lost, done)
+            measured, learned, left = self._tune(job, tuning, budget, claims, lost, done)
             if lost.is_set():
                 return JobOutcome(job.id, "lost", measured, "its lease expired and another worker took it")
             if self.stopping.is_set():
                 self.queue.give_back(job.id, self.owner)
                 return JobOutcome(job.id, "interrupted", measured, "the worker was stopped; queued again")
             message = f"{measured} measured by {self.owner}" + (
-                f", {learned} measured meanwhile by other workers" if learned else "")
+                f", {learned} measured meanwhile by other workers" if learned else "") + (
+                f", {left} left to the other workers that held them" if left else "")
             self.queue.finish(job.id, self.owner, "done", message)
             return JobOutcome(job.id, "done", measured, message)
         except Exception as exc:  # noqa: BLE001 - the job fails with why; the worker goes on
@@ -201,14 +202,15 @@ class Worker:
         return adopt
 
     def _tune(self, job: Job, tuning: Tuning, budget: Budget, claims: CandidateClaims, lost: threading.Event,
-              done: list[int]) -> tuple[int, int]:
+              done: list[int]) -> tuple[int, int, int]:
         """Measure the default first (what savings are measured against), then tune with the
-        trials earlier attempts left. Returns how many candidates were measured here, and
-        how many the search learned from other workers' records instead."""
+        trials earlier attempts left. Returns how many candidates were measured here, how
+        many the search learned from other workers' records instead, and how many it gave
+        up waiting for (other workers held them)."""
         first = done[0]
         remaining = None if budget.trials is None else budget.trials - done[0]
         if remaining is not None and remaining <= 0:
-            return 0, 0
+            return 0, 0, 0
         default = tuning.default
         if default is not None and tuning.space.is_valid(default) and claims.recorded(default) is None \
                 and claims.take(default):
@@ -229,7 +231,7 @@ class Worker:
                           budget=Budget(trials=remaining, seconds=budget.seconds,
                                         free_rejections=budget.free_rejections))
         tuner.run()
-        return done[0] - first, strategy.told_from_others
+        return done[0] - first, strategy.told_from_others, strategy.gave_up
 
     def _heartbeat(self, job: Job, claims: CandidateClaims | TunerClaims, lost: threading.Event, done: list[int],
                    finished: threading.Event) -> None:
