@@ -112,7 +112,8 @@ def test_two_searches_each_holding_what_the_other_waits_for_give_up_instead_of_w
     for t in threads:
         t.join(60)
     stuck = [t for t in threads if t.is_alive()]
-    a.stop.set(), b.stop.set()  # let searches that are stuck go (before the fix, they wait for each other)
+    for search in (a, b):
+        search.stop.set()  # lets searches that are stuck go (before the fix, they wait for each other)
     assert not stuck and set(ended) == {"a", "b"}, "two searches waited for each other's claims"
     assert a.gave_up + b.gave_up >= 1  # on the other's candidate: neither measures what the other holds
     db = Database(store)
@@ -121,7 +122,8 @@ def test_two_searches_each_holding_what_the_other_waits_for_give_up_instead_of_w
     left = [d for digests in _claimed(db).values() for d in digests]
     assert sorted(left) == sorted(Config(i=i).digest for i in measured)  # what no run measured is claimed by no one
     environment_fails.clear()  # the next runs measure what is left, each candidate once
-    a.stop.clear(), b.stop.clear()
+    for search in (a, b):
+        search.stop.clear()
     again = tuner_a.run().trials + tuner_b.run().trials
     assert _measured(db) == {0: 1, 1: 1} and sum(ended.values()) + again == 2
 
