@@ -303,7 +303,8 @@ def test_the_task_scheduler_tunes_te_kernels_on_ray(cluster, ray_executor, tmp_p
         records = db.records(kernel.workload, Target.cpu())
         assert records and all(r.extra.get("ray_node") for r in records if r.extra.get("stage") != "build")
     assert many.allocation.total_trials == 8
-    assert [r.wave for r in many.allocation.rounds] == [0, 0]  # both warm-up rounds at once
+    first, second = many.allocation.rounds  # both warm-up rounds at once: they overlap in time
+    assert first.started < second.started + second.seconds and second.started < first.started + first.seconds
 
 
 @pytest.mark.slow
