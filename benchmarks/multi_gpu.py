@@ -6,8 +6,10 @@ Two parts, one table printed last, one JSON:
    matmul of benchmarks/triton_matmul.py over its 216-configuration grid (BLOCK_M x
    BLOCK_N x BLOCK_K x num_stages x num_warps) on its four shapes, each shape tuned by
    `tensortune.tune(fn, space, executor=RayExecutor(...), isolate=True)` from an empty
-   records store and a cold Triton cache. At each size G a fresh cluster on this host
-   (`LocalCluster`: one node with G GPUs and G measurement slots) holds G measuring
+   records store and a cold Triton cache, the four at once (a thread each, sharing the
+   actors; `--one-shape-at-a-time` for one after another). At each size G a fresh cluster
+   on this host (`LocalCluster`: one node with G GPUs, G measurement slots and
+   `--cpus-per-gpu` cores a GPU for builds) holds G measuring
    actors, each with one GPU (Ray gives each its own `CUDA_VISIBLE_DEVICES`) and its
    isolated worker, where each candidate is JIT-compiled, checked against torch.matmul
    and timed with CUDA events (`CudaTimer`). Reported: wall time, measurements per
@@ -25,7 +27,8 @@ Two parts, one table printed last, one JSON:
    fp16): `tensortune.compile(..., executor=RayExecutor(...))` from an empty records store
    at each size, the task scheduler running the rounds of several tasks at once so every
    GPU's actor is busy. Reported: tuning wall time, trials per minute, scaling, and the
-   compiled model's latency (CUDA events) against the one-GPU run's.
+   compiled model's latency (CUDA events) against the one-GPU run's. `--trace DIR` keeps
+   each run's Ray timeline and records store (read by benchmarks/ray_timeline.py).
 
 `--dry-run` runs every part on the CPU (Triton's interpreter, tiny shapes and grid, a
 local Ray cluster whose "devices" are CPU measurement slots, gloo): the code paths of the
