@@ -146,6 +146,35 @@ def tune_shape(executor, shape: str, grid: dict, trials: int | None, seed: int, 
             "best_config": best.config.as_dict() if best else None, "best_time": best.time if best else None}
 
 
+def tune_shape_autotune(executor, shape: str, grid: dict, trials: int | None, seed: int, cuda: bool,
+                        db: str) -> dict:
+    """The shape tuned as users of Triton tune it on a cluster: `@tensortune.autotune` over the
+    grid's configurations (the same seeded sample of `trials` at every size), launched once;
+    each candidate is compiled in a build task on the node's cores and only timed on a GPU."""
+    import random
+    from pathlib import Path
+
+    import tensortune as tt
+    import triton_matmul as tm
+
+    every = tm.configs(grid)
+    chosen = every if trials is None or trials >= len(every) else random.Random(f"{seed}:{shape}").sample(every, trials)
+    kernel = tt.autotune(chosen, key=["M", "N", "K"], budget=len(chosen), reference=tm.reference, timer=_timer(cuda),
+                         settings=tt.Settings(db_path=Path(db), progress=False), executor=executor,
+                         name=f"bench.multi_gpu_autotune.{shape}")(tm.matmul_kernel)
+    M, N, K = tm.parse(shape)
+    args = tm.make_args(M, N, K, "cuda" if cuda else "cpu", "float16" if cuda else "float32")
+    start = time.perf_counter()
+    kernel[tm.grid_of(M, N)](*args)
+    seconds = time.perf_counter() - start
+    (tuning,) = kernel.tunings.values()
+    result, decision = tuning.result, kernel.decision
+    return {"shape": shape, "trials": result.trials, "seconds": seconds, "failures": result.failures,
+            "environment_failures": result.environment_failures,
+            "best_config": dict(decision.config.as_dict()) if decision else None,
+            "best_time": result.best.time if result.best else None}
+
+
 def _model(cuda: bool):
     """(model, inputs): GPT-2 124M (1 x 1024 tokens, fp16) on the GPU, a small MLP in the dry run."""
     import torch
@@ -232,15 +261,18 @@ def model_part(args: argparse.Namespace, cuda: bool, out: dict) -> None:
 
 
 def tune_shapes(executor, shapes: list[str], grid: dict, trials: int | None, seed: int, cuda: bool, db: str,
-                at_once: bool) -> list[dict]:
+                at_once: bool, frontend: str = "callable") -> list[dict]:
     """Each shape's tuning run, all at once (a thread each, sharing the executor's actors, as
-    the task scheduler runs several tasks' rounds) or one after another."""
+    the task scheduler runs several tasks' rounds) or one after another; `frontend`:
+    "callable" (`tensortune.tune`, compiled in the measuring worker) or "autotune"
+    (`@tensortune.autotune`, compiled in build tasks)."""
+    tune = tune_shape if frontend == "callable" else tune_shape_autotune
     if not at_once:
-        return [tune_shape(executor, s, grid, trials, seed, cuda, db) for s in shapes]
+        return [tune(executor, s, grid, trials, seed, cuda, db) for s in shapes]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(len(shapes), thread_name_prefix="shape") as pool:
-        return list(pool.map(lambda s: tune_shape(executor, s, grid, trials, seed, cuda, db), shapes))
+        return list(pool.map(lambda s: tune(executor, s, grid, trials, seed, cuda, db), shapes))
 
 
 def node_cpus(args: argparse.Namespace, devices: int, cuda: bool) -> int:
@@ -256,27 +288,33 @@ def node_cpus(args: argparse.Namespace, devices: int, cuda: bool) -> int:
 def ray_part(args: argparse.Namespace, cuda: bool, shapes: list[str], grid: dict, out: dict) -> None:
     from tensortune.distributed import RayExecutor
     from tensortune.distributed.local_cluster import LocalCluster
+    from tensortune.frontends.triton.target import current_target
+
+    # @tensortune.autotune measures for the GPU's target (Triton's interpreter in the dry run)
+    targets = (current_target(not cuda),) if args.frontend == "autotune" else ()
 
     at_once = not args.one_shape_at_a_time
     for g in [int(x) for x in args.gpus.split(",")]:
         scratch = tempfile.mkdtemp(prefix="tt-multigpu-")
+        if args.frontend == "autotune":  # builds compile into an empty Triton cache at every size
+            os.environ["TRITON_CACHE_DIR"] = os.path.join(scratch, "triton-cache")
         cluster = LocalCluster(workers=1, cpus_per_worker=node_cpus(args, g, cuda), slots=g,
-                               gpus_per_worker=g if cuda else 0, python_path=(HERE,)).start()
+                               gpus_per_worker=g if cuda else 0, extra_targets=targets, python_path=(HERE,)).start()
         try:
             with RayExecutor(cluster.address, measure_gpus=1 if cuda else 0) as executor:
                 # warm-up: the actors start their workers (import torch, a CUDA context) before
                 # the clock starts, as many workers as the measured runs will use at once
                 tune_shapes(executor, shapes if at_once else shapes[:1], WARM_GRID, None, 999, cuda,
-                            os.path.join(scratch, "warm.db"), at_once)
+                            os.path.join(scratch, "warm.db"), at_once, args.frontend)
                 start = time.perf_counter()
                 rows = tune_shapes(executor, shapes, grid, args.trials, args.seed, cuda,
-                                   os.path.join(scratch, "t.db"), at_once)
+                                   os.path.join(scratch, "t.db"), at_once, args.frontend)
                 wall = time.perf_counter() - start
         finally:
             cluster.stop()
         trials = sum(r["trials"] for r in rows)
         out["ray"][str(g)] = {"wall_seconds": wall, "trials": trials, "per_minute": 60 * trials / wall,
-                              "shapes_at_once": at_once, "shapes": rows}
+                              "shapes_at_once": at_once, "frontend": args.frontend, "shapes": rows}
         print(f"  {g} device(s): {trials} measured in {wall:.1f} s ({60 * trials / wall:.0f}/min)", flush=True)
         _write(args.json, out)
 
@@ -415,6 +453,9 @@ def main() -> None:
                         help="CPUs of the Ray node (default: --cpus-per-gpu for each GPU; devices + 2 on the CPU)")
     parser.add_argument("--cpus-per-gpu", type=int, default=15,
                         help="the host's cores each GPU brings to the node, for builds (default 15)")
+    parser.add_argument("--frontend", choices=("callable", "autotune"), default="callable",
+                        help="how the Ray part tunes a shape: tensortune.tune over a callable (each candidate "
+                             "compiled in the measuring worker) or @tensortune.autotune (compiled in build tasks)")
     parser.add_argument("--one-shape-at-a-time", action="store_true",
                         help="tune the shapes one after another (default: all at once, sharing the actors)")
     parser.add_argument("--no-ray", action="store_true")

@@ -299,6 +299,23 @@ def test_multi_gpu_benchmark_dry_run_scales_out_and_its_ranks_agree(tmp_path):
 
 
 @pytest.mark.slow
+def test_multi_gpu_benchmark_dry_run_tunes_the_shapes_with_autotune_on_the_cluster(tmp_path):
+    """benchmarks/multi_gpu.py --frontend autotune --dry-run: each shape tuned by
+    @tensortune.autotune on a real local Ray cluster (builds in build tasks, measured by the
+    interpreter's actor), every candidate measured and a winner chosen."""
+    out = tmp_path / "multi_gpu_autotune.json"
+    command = [sys.executable, os.path.join(ROOT, "benchmarks", "multi_gpu.py"), "--dry-run", "--gpus", "1",
+               "--shapes", "16x16x16,32x16x16", "--trials", "2", "--no-ranks", "--frontend", "autotune",
+               "--json", str(out)]
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src"), "TENSORTUNE_PROGRESS": "0"}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(out.read_text())["ray"]["1"]
+    assert run["frontend"] == "autotune" and run["trials"] == 4
+    assert all(s["failures"] == 0 and s["best_config"] and s["best_time"] > 0 for s in run["shapes"])
+
+
+@pytest.mark.slow
 def test_multi_gpu_benchmark_dry_run_tunes_a_models_tasks_on_the_cluster(tmp_path):
     """benchmarks/multi_gpu.py --model --dry-run: a model compiled with its kernels built and
     measured on a real local Ray cluster (Triton's interpreter), checked against eager; its
