@@ -64,6 +64,29 @@ def test_resume_tells_the_strategy_and_measures_nothing_twice(tmp_path):
     assert len(db.records(W, T)) == 40
 
 
+def test_a_tuner_run_again_tells_its_strategy_each_record_once_and_a_changed_one_again(tmp_path):
+    """Round after round (a task scheduler's), the strategy hears of every result once; a
+    record whose standing changed in the store since (another worker's) is told again."""
+    from tensortune.search import create_strategy
+
+    db = Database(tmp_path / "t.db")
+    inner = create_strategy("random", space(), seed=0)
+    told = []
+    tell = inner.tell
+    inner.tell = lambda results: (told.extend(r.config for r in results), tell(results))
+    tuner = Tuner(space(), FakeRunner(), workload=W, target=T, db=db, strategy=inner, budget=5, progress=False)
+    for _ in range(3):
+        tuner.budget = Budget(trials=5)
+        tuner.run()
+    assert len(told) == len(set(told)) == 15 and len(inner.history) == 15
+    first = tuner.run().history[0].config  # (a run of 5 more; then another worker records the first again)
+    db.add(W, T, MeasureResult(first, (1e-9,)), strategy="other")
+    told.clear()
+    tuner.budget = Budget(trials=1)
+    tuner.run()
+    assert told.count(first) == 1 and len(told) == 2  # the changed record, and the new result
+
+
 def test_seeded_runs_are_reproducible():
     a, b = FakeRunner(), FakeRunner()
     Tuner(space(), a, workload=W, target=T, strategy="random", budget=10, seed=42, progress=False).run()

@@ -230,6 +230,7 @@ class Tuner:
         self.retry_failed = retry_failed  # measure again the candidates recorded as failed
         self.seed = seed
         self.transferred_from = 0  # records of other shapes or devices the search started from
+        self._heard: dict[Config, tuple[Any, ...]] = {}  # what the strategy was told of each configuration
         adopt(self)  # made inside a `tuner_scope` (a fleet job that tunes itself): its hook adapts this tuner
 
     def run(self) -> TuneResult:
@@ -248,8 +249,8 @@ class Tuner:
         start = time.perf_counter()
         self._use_transfer()
         prior = self._prior_results()
-        if prior:
-            self.strategy.tell(prior)
+        # a tuner run again (a task scheduler's next round) tells only what its strategy has not heard
+        self._tell([r for r in prior if self._heard.get(r.config) != _standing(r)])
         session = (self.db.start_session(self.workload, self.target, self.strategy.name or "custom",
                                          {"trials": self.budget.trials, "seconds": self.budget.seconds})
                    if self.db else "")
@@ -282,7 +283,7 @@ class Tuner:
                     if told:
                         if writer is not None:
                             writer.flush()
-                        self.strategy.tell(told)
+                        self._tell(told)
                         told.clear()
                     room = math.inf if self.budget.trials is None else self.budget.trials - charged - len(pending)
                     n = int(min(n, room))
@@ -345,7 +346,7 @@ class Tuner:
                             break
                     if writer is not None:
                         writer.flush()  # durable before the strategy hears of the batch and the next is asked for
-                    self.strategy.tell(told)
+                    self._tell(told)
                     told.clear()
                     pending.clear()  # a run left early (out of time) took its candidates with it
                 late = self.executor.late_results(self.runner)
@@ -358,7 +359,7 @@ class Tuner:
                 if writer is not None:
                     writer.flush()
                 if late:
-                    self.strategy.tell(late)
+                    self._tell(late)
                     best = best_of(tuple(prior) + tuple(new))
                 bar.finish()
             status = "finished" if not stopped else "environment"
@@ -403,6 +404,11 @@ class Tuner:
         if model is not None and self.strategy.use_prior(model, self.workload.key, explore=other_devices_only):
             self.transferred_from = model.trained_rows
 
+    def _tell(self, results: Sequence[MeasureResult]) -> None:
+        if results:
+            self.strategy.tell(results)
+            self._heard.update((r.config, _standing(r)) for r in results)
+
     def _prior_results(self) -> list[MeasureResult]:
         """The recorded standing of each configuration of the space: what the search is
         told it need not measure again. Environment failures are left out (measured
@@ -430,3 +436,9 @@ class Tuner:
         if self.budget.trials is not None and charged >= self.budget.trials:
             return True
         return self._out_of_time(start)
+
+
+def _standing(result: MeasureResult) -> tuple[Any, ...]:
+    """What a strategy learns of a configuration from a result (its time or its failure)."""
+    return (result.time if result.ok else None, result.error)
+
