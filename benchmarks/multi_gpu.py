@@ -230,7 +230,7 @@ def model_part(args: argparse.Namespace, cuda: bool, out: dict) -> None:
         try:
             with RayExecutor(cluster.address, measure_gpus=1 if cuda else 0) as executor:
                 torch._dynamo.reset()
-                start = time.perf_counter()
+                began, start = time.time(), time.perf_counter()
                 fast = tensortune.compile(model, inputs, target="cuda", budget=args.model_budget,
                                           db=os.path.join(scratch, "m.db"), progress=False, executor=executor,
                                           seed=args.seed)
@@ -253,11 +253,30 @@ def model_part(args: argparse.Namespace, cuda: bool, out: dict) -> None:
         trials = sum(t.trials for t in fast.report.tasks)
         row = {"wall_seconds": wall, "tuning_seconds": fast.tuning_seconds, "trials": trials,
                "per_minute": 60 * trials / fast.tuning_seconds, "tasks": len(fast.report.tasks),
-               "latency_ms": _latency_ms(fast, inputs, cuda), "relative_error": error}
+               "latency_ms": _latency_ms(fast, inputs, cuda), "relative_error": error,
+               **phases(os.path.join(scratch, "m.db"), began)}
         out["model"][str(g)] = row
         print(f"  {g} device(s): {len(fast.report.tasks)} tasks, {trials} trials in {fast.tuning_seconds:.1f} s of "
-              f"tuning ({row['per_minute']:.0f}/min); model {row['latency_ms']:.3f} ms, error {error:.1e}", flush=True)
+              f"tuning ({row['per_minute']:.0f}/min; first result at {row.get('first_result_seconds', 0):.1f} s, "
+              f"last search result at {row.get('search_end_seconds', 0):.1f} s); model {row['latency_ms']:.3f} ms, "
+              f"error {error:.1e}", flush=True)
         _write(args.json, out)
+
+
+def phases(db: str, began: float) -> dict:
+    """When a model's tuning (begun at `began`, time.time()) had its first result, its last
+    search result, and its last confirmation, from the records store; the search phase's
+    measurements per minute (between the first and the last search result)."""
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT created_at, strategy FROM records ORDER BY created_at").fetchall()
+    search = [t for t, strategy in rows if strategy != "confirm"]
+    if len(search) < 2:
+        return {}
+    first, last = search[0] - began, search[-1] - began
+    return {"first_result_seconds": first, "search_end_seconds": last, "last_record_seconds": rows[-1][0] - began,
+            "search_per_minute": 60 * (len(search) - 1) / max(last - first, 1e-9)}
 
 
 def tune_shapes(executor, shapes: list[str], grid: dict, trials: int | None, seed: int, cuda: bool, db: str,
@@ -425,12 +444,34 @@ def table(out: dict) -> list[dict]:
                      "per_minute": r["per_minute"],
                      "scaling": r["per_minute"] / (int(g) * first["per_minute"]) if first else None,
                      "quality": r["latency_ms"] / first["latency_ms"] if first else None})
+    for g, r in out.get("model", {}).items():  # between its first and last search result
+        if first and r.get("search_per_minute") and first.get("search_per_minute"):
+            rows.append({"part": "  its search phase", "n": int(g),
+                         "seconds": r["search_end_seconds"] - r["first_result_seconds"],
+                         "per_minute": r["search_per_minute"],
+                         "scaling": r["search_per_minute"] / (int(g) * first["search_per_minute"])})
     alone = out.get("ranks", {}).get("1")
     for w, r in out.get("ranks", {}).items():
         rows.append({"part": "ranks agree (autotune)", "n": int(w), "seconds": r["seconds"],
                      "vs_alone": r["seconds"] / alone["seconds"] if alone else None, "agree": r["agree"],
                      "correct": r["correct"]})
     return rows
+
+
+def take_baseline(out: dict, path: str, args: argparse.Namespace) -> None:
+    """The one-GPU rows of an earlier run (the same job: shapes, grid, trials, frontend, model budget)."""
+    with open(path) as f:
+        base = json.load(f)
+    mine = vars(args)
+    for key in ("trials", "seed", "frontend", "one_shape_at_a_time", "model_budget", "cpus_per_gpu", "cpus_per_node"):
+        if base["args"].get(key) != mine.get(key):
+            raise SystemExit(f"--baseline {path}: it ran with --{key.replace('_', '-')} {base['args'].get(key)}, "
+                             f"this run with {mine.get(key)}: not the same job")
+    if base["shapes"] != out["shapes"] or base["grid"] != out["grid"]:
+        raise SystemExit(f"--baseline {path}: other shapes or another grid than this run's")
+    for part in ("ray", "model"):
+        if "1" in base.get(part, {}):
+            out[part]["1"] = {**base[part]["1"], "from": path}
 
 
 def _write(path: str | None, out: dict) -> None:
@@ -467,6 +508,9 @@ def main() -> None:
                         help="directory for each model run's Ray timeline (chrome://tracing) and records store")
     parser.add_argument("--dry-run", action="store_true", help="on the CPU: interpreter, tiny shapes and grid, gloo")
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", default=None,
+                        help="a JSON of this script's one-GPU run on this machine: its rows are the scaling's base "
+                             "where this run has no one-GPU row (a long job split over two calls)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.rank_worker:
@@ -492,6 +536,8 @@ def main() -> None:
                  "dry_run": not cuda, "args": vars(args), "shapes": shapes,
                  "grid": {k: list(v) for k, v in grid.items()},
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "ray": {}, "ranks": {}, "model": {}}
+    if args.baseline:
+        take_baseline(out, args.baseline, args)
     if not args.no_ray:
         print(f"Ray part: devices {args.gpus}, shapes {shapes}, trials per shape {args.trials or 'all'}", flush=True)
         ray_part(args, cuda, shapes, grid, out)

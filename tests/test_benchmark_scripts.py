@@ -328,7 +328,10 @@ def test_multi_gpu_benchmark_dry_run_tunes_a_models_tasks_on_the_cluster(tmp_pat
     assert done.returncode == 0, done.stderr[-3000:]
     row = json.loads(out.read_text())["model"]["1"]
     assert row["tasks"] >= 2 and row["trials"] >= row["tasks"] and row["relative_error"] < 1e-3
-    assert row["latency_ms"] > 0 and "a model's tasks on Ray" in done.stdout.splitlines()[-1]
+    assert row["latency_ms"] > 0 and any(line.startswith("a model's tasks on Ray  ") for line in done.stdout.splitlines())
+    # the phases, from the records: first result, last search result, last confirmation, all within the tuning
+    assert 0 < row["first_result_seconds"] <= row["search_end_seconds"] <= row["last_record_seconds"] \
+        <= row["tuning_seconds"] + 1 and row["search_per_minute"] > 0
     summary = tmp_path / "timeline.json"
     read = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "ray_timeline.py"),
                            str(trace / "model_1_timeline.json"), "--json", str(summary)],

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,6 +224,8 @@ class CudaTarget:
     _runner: Any = field(default=None, repr=False)
     _compiler: Any = field(default=None, repr=False)
     _runs_on: Any = field(default=None, repr=False)
+    _starting: Any = field(default=None, repr=False)
+    _lock: Any = field(default_factory=threading.Lock, repr=False)  # rounds of several tasks run at once
 
     def __post_init__(self) -> None:
         from ..backends.triton.kernel import interpreting
@@ -254,12 +257,31 @@ class CudaTarget:
     def shared_runner(self, task: Any) -> Any:
         """The GPU worker every kernel's search on this machine shares (made on first use)."""
         from ..backends.triton.kernel import interpreting
+        self._settle()
         if self._runner is None:
             from ..measure.gpu import GpuRunner
             interpret = interpreting()
             self._runner = GpuRunner(task, timeout=60.0, env={"TRITON_INTERPRET": "1"} if interpret else {},
                                      cutoff_factor=None if interpret else 4.0)
         return self._runner
+
+    def start_shared_runner(self, task: Any) -> None:
+        """Start the shared worker in the background (on a cluster, where it only confirms
+        the winners at the end): its start, seconds of process and CUDA context, is then
+        not paid after the last round. A failure is met again when the worker is used."""
+        with self._lock:
+            if self._runner is not None or self._starting is not None:
+                return
+            runner = self.shared_runner(task)
+            self._starting = threading.Thread(target=_quietly, args=(runner.warm_up,), name="start-confirm-worker",
+                                              daemon=True)
+            self._starting.start()
+
+    def _settle(self) -> None:
+        starting = self._starting
+        if starting is not None and starting is not threading.current_thread():
+            starting.join()
+            self._starting = None
 
     def shared(self, task: Any) -> tuple[Any, Any]:
         """The GPU worker and compile pool every kernel's search shares (made on first use)."""
@@ -277,6 +299,7 @@ class CudaTarget:
         return self._runner, self._compiler
 
     def close(self) -> None:
+        self._settle()
         if self._runner is not None:
             self._runner.close()
             self._runner = None
@@ -331,6 +354,8 @@ class CudaTaskSearch:
             runner, compiler = self.target.shared(self._search.task)
             self._search._runner, self._search._shared_runner = runner, True
             self._search._compiler = compiler
+        elif self._search.executor is not None:
+            self.target.start_shared_runner(self._search.task)
         return self._search.tune(trials)
 
     def finish(self) -> Any:
@@ -359,6 +384,13 @@ class CudaTaskSearch:
             self._search.close()  # its own runner
         elif self._search._builder is not None:
             self._search._builder.close()
+
+
+def _quietly(start: Any) -> None:
+    try:
+        start()
+    except Exception:  # noqa: BLE001 - met again, and reported, when the worker is used
+        pass
 
 
 def _rounds_at_once(executor: Any, target: Any, trials_per_round: int, tasks: int) -> int:
