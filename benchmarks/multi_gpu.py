@@ -329,6 +329,10 @@ def ray_part(args: argparse.Namespace, cuda: bool, shapes: list[str], grid: dict
                 rows = tune_shapes(executor, shapes, grid, args.trials, args.seed, cuda,
                                    os.path.join(scratch, "t.db"), at_once, args.frontend)
                 wall = time.perf_counter() - start
+                if args.trace:  # what ran where and when (the warm-up's calls too, before the clock)
+                    import ray
+                    os.makedirs(args.trace, exist_ok=True)
+                    ray.timeline(filename=os.path.join(args.trace, f"ray_{g}_timeline.json"))
         finally:
             cluster.stop()
         trials = sum(r["trials"] for r in rows)
@@ -505,7 +509,7 @@ def main() -> None:
     parser.add_argument("--model-budget", type=int, default=None,
                         help="trials for the model (default: tensortune.compile's, 32 per task)")
     parser.add_argument("--trace", default=None,
-                        help="directory for each model run's Ray timeline (chrome://tracing) and records store")
+                        help="directory for each run's Ray timeline (chrome://tracing), and each model run's records store")
     parser.add_argument("--dry-run", action="store_true", help="on the CPU: interpreter, tiny shapes and grid, gloo")
     parser.add_argument("--rank-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--baseline", default=None,

@@ -359,6 +359,38 @@ def test_the_next_runs_runner_takes_the_worker_of_a_run_that_has_ended():
         measurer.shutdown()
 
 
+def test_the_next_round_of_a_kernel_takes_the_worker_that_holds_that_kernel_already():
+    """Of the ended runners, a new round adopts first the one whose worker measured the
+    same task (its arguments and reference made), not the least recently used one of
+    another task, which would make them all again."""
+    from tensortune.distributed.actor import MeasureActor
+    from tensortune.measure import BuildResult
+    from tensortune.measure.gpu import GpuRunner, GpuTask, TensorArg
+    from tensortune.space import Config
+
+    timer = CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
+
+    def recipe(n):
+        task = GpuTask("tensortune.measure.gpu.fakes:launch", (TensorArg((n,)), TensorArg((n,), output=True)),
+                       reference="tensortune.measure.gpu.fakes:reference", device="cpu", timer=timer)
+        return GpuRunner(task, timeout=60).remote_runner()
+
+    measurer = MeasureActor(interpreter_target(), 0)
+    try:
+        for key, n in (("a", 64), ("b", 96)):
+            (r,) = measurer.measure(key, [recipe(n)], BuildResult(Config(fault="none")))
+            assert r.ok
+        held = {k: measurer.runners[k][0] for k in ("a", "b")}
+        measurer.release("a")
+        measurer.release("b")  # "a" is the least recently used, "b" holds the kernel of size 96
+        (r,) = measurer.measure("b2", [recipe(96)], BuildResult(Config(fault="none")))
+        assert r.ok and measurer.runners["b2"][0] is held["b"] and measurer.finished == {"a"}
+        (r,) = measurer.measure("c", [recipe(128)], BuildResult(Config(fault="wrong")))  # no holder: the LRU
+        assert r.error is ErrorKind.WRONG_RESULT and measurer.runners["c"][0] is held["a"]
+    finally:
+        measurer.shutdown()
+
+
 def test_runs_going_on_at_once_keep_their_own_workers_past_the_kept_ended_ones(monkeypatch):
     """More tasks' rounds at once than an actor keeps ended runners for: each running
     task keeps its worker (no task is swapped out from under another's candidates), and

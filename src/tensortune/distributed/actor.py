@@ -3,7 +3,8 @@
 A `MeasureActor` owns one measurement slot of its node (a GPU, or a CPU socket) and the
 runners measuring there, each with its isolated worker, made and started when a run
 starts (`prepare`). A new task's runner takes the worker of a runner whose run has ended
-(`release`) where the recipe can `adopt` it. A runner whose run goes on keeps its worker
+(`release`) where the recipe can `adopt` it, first one that `holds` its task already (an
+earlier round of the same kernel: no arguments or reference to make again). A runner whose run goes on keeps its worker
 (several tasks' rounds at once each measure in a worker of their own, so that no
 candidate waits for a task to be swapped in); of the ended ones, `KEPT_FINISHED` are kept
 for the next tasks, and past `MAX_RUNNERS` in all the least recently used is adopted or
@@ -33,7 +34,7 @@ from ..measure import BuildResult, ErrorKind, MeasureResult
 from ..measure.executor import RemoteRunner
 from ..space import Config
 
-KEPT_FINISHED = 4  # runners of ended runs (with their workers) kept for the next tasks to adopt
+KEPT_FINISHED = 8  # runners of ended runs (with their workers) kept for the next tasks (or rounds) to adopt
 MAX_RUNNERS = 16  # runners at once, running or ended: past it the least recently used is adopted or closed
 
 
@@ -114,7 +115,10 @@ class MeasureActor:
         it (its worker kept: no new process, no new CUDA context), else None."""
         if recipe.adopt is None:
             return None
-        for key in [k for k in self.runners if k in self.finished]:  # least recently used first
+        ended = [k for k in self.runners if k in self.finished]  # least recently used first
+        if recipe.holds is not None:  # those holding this task already before all others
+            ended.sort(key=lambda k: not recipe.holds(self.runners[k][0]))
+        for key in ended:
             self.settle(key)
             runner = recipe.adopt(self.runners[key][0])
             if runner is not None:

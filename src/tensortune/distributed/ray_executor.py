@@ -266,6 +266,9 @@ class RayExecutor:
                 timeout = REFRESH_SECONDS if not deadlines else \
                     min(REFRESH_SECONDS, max(0.0, min(deadlines) - time.monotonic()))
                 done, _ = ray.wait(waiting, num_returns=1, timeout=timeout) if waiting else ([], [])
+                if done and len(waiting) > 1:  # all that are done by now, not one per pass (a pass is a wait)
+                    rest = [r for r in waiting if r not in done]
+                    done += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
                 if not waiting:
                     time.sleep(timeout)
                 for ref in done:

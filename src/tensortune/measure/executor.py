@@ -118,12 +118,15 @@ class RemoteRunner:
     `unpack(artifact)` turns a travelled artifact into what that runner takes;
     `timeout`: seconds one candidate may take there, the runner's own limits included;
     `adopt(old)`: this recipe's runner made from another recipe's runner that the actor
-    is about to close (its worker kept, given this task), or None where it cannot be."""
+    is about to close (its worker kept, given this task), or None where it cannot be;
+    `holds(old)`: whether that runner holds this recipe's task already (an earlier round
+    of it: its arguments and reference made), so that adopting it costs nothing."""
 
     make: Callable[[int], Any]
     unpack: Callable[[Any], Any] | None = None
     timeout: float = 600.0
     adopt: Callable[[Any], Any] | None = None
+    holds: Callable[[Any], bool] | None = None
 
 
 def remote_build_of(builder: Any) -> RemoteBuild:

@@ -299,7 +299,7 @@ class GpuRunner:
         make = functools.partial(_actor_runner, self.task, self.timeout, self.startup_timeout, self.env,
                                  self.cutoff_factor)
         return RemoteRunner(make, unpack=arrive, timeout=4 * self.timeout + self.startup_timeout + 120,
-                            adopt=functools.partial(_adopted, self.task))
+                            adopt=functools.partial(_adopted, self.task), holds=functools.partial(_holds, self.task))
 
     # -- lifetime ------------------------------------------------------------------------
     def set_task(self, task: GpuTask) -> None:
@@ -352,6 +352,11 @@ def _adopted(task: GpuTask, old: Any) -> GpuRunner | None:
         return None
     old.set_task(task)
     return old
+
+
+def _holds(task: GpuTask, old: Any) -> bool:
+    """Whether an actor's runner measures this task already (another round of it)."""
+    return isinstance(old, GpuRunner) and old.task.digest == task.digest
 
 
 def _binary_digest(build: BuildResult) -> str:
