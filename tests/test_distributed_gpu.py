@@ -44,9 +44,17 @@ def gpu_executor(ray_cluster):
 
 
 @pytest.mark.slow
-def test_an_autotuned_triton_kernel_is_measured_by_actors_that_own_a_gpu(tmp_path, ray_cluster, gpu_executor):
+def test_an_autotuned_triton_kernel_is_measured_by_actors_that_own_a_gpu(tmp_path, ray_cluster, gpu_executor,
+                                                                          monkeypatch):
     """@tensortune.autotune(executor=...): every candidate, good and bad, measured on an
-    actor holding a GPU, in its isolated worker; the launch uses the verified winner."""
+    actor holding a GPU, in its isolated worker; the launch uses the verified winner,
+    confirmed here in a worker started in the background when the search began."""
+    from tensortune.frontends.triton import isolated
+
+    started = []
+    early_start = isolated.EarlyStart.__init__
+    monkeypatch.setattr(isolated.EarlyStart, "__init__",
+                        lambda self, *a, **kw: started.append(self) or early_start(self, *a, **kw))
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 16}, num_warps=4) for m, n in ((16, 16), (32, 32))]
     configs += [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 24}),  # raises in the worker
                 triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "BUG": 1})]  # wrong result
@@ -69,6 +77,8 @@ def test_an_autotuned_triton_kernel_is_measured_by_actors_that_own_a_gpu(tmp_pat
     workload = Workload.make(k.name, k.source, k.decision.key.as_dict())
     records = db.records(workload, interpreter_target())
     assert {r.config for r in records if not r.extra.get("final")} == {r.config for r in history}
+    (early,) = started
+    assert early.ready_seconds is not None  # started by EarlyStart in the background, not at the confirmation
 
 
 @pytest.mark.slow

@@ -279,8 +279,9 @@ def gpu_runner(kernel: Any, arg_names: Sequence[str], args: Sequence[Any], kwarg
                reuse: Any = None, reset_to_zero: Sequence[str] = (), early: bool = True) -> Any:
     """A GpuRunner measuring this launch's candidates in an isolated worker (on the CPU
     under TRITON_INTERPRET=1); with `reuse` (a GpuRunner), its worker takes this task.
-    `early`: wrapped in `EarlyStart` (its worker starts at once); without it, the plain
-    GpuRunner, whose worker starts when first used (on Ray: only to confirm the winner)."""
+    `early`: wrapped in `EarlyStart` (its worker starts at once, in the background: on Ray,
+    where it only confirms the winner, it is then ready when the search ends); without
+    it, the plain GpuRunner, whose worker starts when first used."""
     from ...measure.gpu import GpuRunner, GpuTask
 
     ref = kernel_ref(kernel)

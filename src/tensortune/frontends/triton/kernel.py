@@ -468,7 +468,7 @@ class AutotunedKernel(KernelInterface):
             runner: Any = isolated.gpu_runner(self.fn, self.arg_names, args, kwargs, grid,
                                               enumerate_space(cands.space), o.reference, ctx.timer, o.seed,
                                               tolerance, self.interpreted, confirming, reuse=earlier,
-                                              reset_to_zero=o.reset_to_zero, early=not remote)
+                                              reset_to_zero=o.reset_to_zero)
         else:
             pristine = ArgSet.fresh(args, kwargs, seed=o.seed, random=o.check_inputs == "random",
                                     names=self.arg_names, zero=o.reset_to_zero)
