@@ -345,6 +345,22 @@ def test_multi_gpu_benchmark_dry_run_tunes_a_models_tasks_on_the_cluster(tmp_pat
         assert db.execute("SELECT COUNT(*) FROM records").fetchone()[0] >= row["trials"]
 
 
+def test_ray_timeline_steady_rate_leaves_out_a_runs_start_and_its_tail(monkeypatch):
+    """The steady rate counts the measurements between the ends of the 10th and 90th
+    percentile ones: a slow start (workers starting) and a tail do not change it."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    import ray_timeline
+
+    def call(name, start, seconds):
+        return {"ph": "X", "name": name, "ts": start * 1e6, "dur": seconds * 1e6}
+
+    ends = [10.0] + [20.0 + 0.5 * k for k in range(98)] + [200.0]  # 2 a second, between a start and a tail
+    events = [call("tensortune.distributed.actor.run_build", 0.0, 1.0)] + [call("measure", e - 0.1, 0.1) for e in ends]
+    summary = ray_timeline.summarize(events)
+    assert summary["measurements"] == 100 and summary["first_measured_seconds"] == 10.0
+    assert summary["last_measured_seconds"] == 200.0 and summary["steady_per_minute"] == pytest.approx(120.0)
+
+
 @pytest.mark.slow
 def test_ray_scaling_benchmark_runs_both_workloads_on_a_one_node_cluster(tmp_path):
     """benchmarks/ray_scaling.py at its smallest: a real one-node Ray cluster, the demo's C
