@@ -259,6 +259,39 @@ def test_duplicate_binaries_are_measured_once_across_two_workers():
     assert {r.extra["device"] for r in results.values() if r.ok} == {"gpu0", "gpu1"}
 
 
+def test_a_worker_keeps_the_tasks_it_prepared_and_takes_one_up_again_without_remaking_it(monkeypatch, tmp_path):
+    """A runner that switches between kernels (a model's rounds in turn) makes each
+    task's arguments and reference once in its worker; past `KEPT_TASKS` (or
+    `KEPT_BYTES`), the least recently used task is made anew."""
+    from collections import OrderedDict
+
+    from tensortune.measure.gpu import fakes, worker_side
+    from tensortune.measure.worker import worker_state
+
+    made = []
+    reference = fakes.reference
+    monkeypatch.setattr(fakes, "reference", lambda x, out: made.append(x.numel()) or reference(x, out))
+    monkeypatch.setattr(worker_side, "KEPT_TASKS", 2)
+    state = worker_state()
+    monkeypatch.setitem(state, "gpu_tasks", OrderedDict())
+    state.pop("gpu_task", None)
+    a, b, c = (fake_task(args=(TensorArg((n,)), TensorArg((n,), output=True))) for n in (16, 32, 48))
+    for task in (a, b, a, b, a):
+        worker_side.prepare(task, str(tmp_path))
+        assert state["gpu_task"].digest == task.digest
+    assert made == [16, 32]
+    worker_side.prepare(b, str(tmp_path))
+    outcome = worker_side.measure(b, Config(fault="wrong"), str(tmp_path))  # checked against b's own reference
+    assert outcome["error"] == ErrorKind.WRONG_RESULT.value
+    worker_side.prepare(c, str(tmp_path))  # a third: the least recently used (a) goes
+    worker_side.prepare(a, str(tmp_path))
+    assert made == [16, 32, 48, 16] and list(state["gpu_tasks"]) == [c.digest, a.digest]
+    monkeypatch.setattr(worker_side, "KEPT_BYTES", 1)  # nothing fits beside the newest
+    worker_side.prepare(b, str(tmp_path))
+    assert list(state["gpu_tasks"]) == [b.digest]
+    state.pop("gpu_task", None)
+
+
 def test_confirm_in_worker_and_broken_task_is_a_clear_error():
     timer = CudaTimer(clock="host", budget_seconds=0.01, warmup_seconds=0.0, min_repeats=3)
     with GpuRunner(fake_task(timer=timer), timeout=30, cutoff_factor=3.0) as runner:
