@@ -305,6 +305,16 @@ def test_a_launch_that_cannot_be_isolated_is_refused_for_ray_with_the_reason(tmp
         k[matmul_grid(20, 24)](*matmul_args(20, 24, 40))
 
 
+def fake_recipe(n: int):
+    """The remote recipe of a GpuRunner measuring the fakes' kernel on `n` elements (CPU)."""
+    from tensortune.measure.gpu import GpuRunner, GpuTask, TensorArg
+
+    timer = CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
+    task = GpuTask("tensortune.measure.gpu.fakes:launch", (TensorArg((n,)), TensorArg((n,), output=True)),
+                   reference="tensortune.measure.gpu.fakes:reference", device="cpu", timer=timer)
+    return GpuRunner(task, timeout=60).remote_runner()
+
+
 def test_an_actor_past_its_most_runners_hands_a_gpu_worker_to_the_next_task(monkeypatch):
     """Past `MAX_RUNNERS`, the next task's runner adopts the least recently used one's
     worker (no new process, no new CUDA context), and measures its own task."""
@@ -340,30 +350,22 @@ def test_the_next_runs_runner_takes_the_worker_of_a_run_that_has_ended():
     kept-runner limit; a runner whose run goes on keeps its own worker."""
     from tensortune.distributed.actor import MeasureActor
     from tensortune.measure import BuildResult
-    from tensortune.measure.gpu import GpuRunner, GpuTask, TensorArg
     from tensortune.space import Config
-
-    timer = CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
-
-    def recipe(n):
-        task = GpuTask("tensortune.measure.gpu.fakes:launch", (TensorArg((n,)), TensorArg((n,), output=True)),
-                       reference="tensortune.measure.gpu.fakes:reference", device="cpu", timer=timer)
-        return GpuRunner(task, timeout=60).remote_runner()
 
     measurer = MeasureActor(interpreter_target(), 0)
     try:
-        (a,) = measurer.measure("a", [recipe(64)], BuildResult(Config(fault="none")))
+        (a,) = measurer.measure("a", [fake_recipe(64)], BuildResult(Config(fault="none")))
         first = measurer.runners["a"][0]
         pid = first._slots[0].worker._proc.pid
-        assert measurer.prepare("b", [recipe(96)])["error"] == ""  # "a" still running: "b" gets its own
+        assert measurer.prepare("b", [fake_recipe(96)])["error"] == ""  # "a" still running: "b" gets its own
         measurer.settle("b")
         assert measurer.runners["b"][0] is not first and measurer.runners["b"][0]._slots[0].worker.pid != pid
         measurer.release("a")
-        assert measurer.prepare("c", [recipe(128)])["error"] == ""
+        assert measurer.prepare("c", [fake_recipe(128)])["error"] == ""
         measurer.settle("c")  # its worker starts in a thread of its own
         assert list(measurer.runners) == ["b", "c"] and measurer.runners["c"][0] is first
         assert first._slots[0].worker.pid == pid and first._slots[0].ready  # started, for its new task
-        (c,) = measurer.measure("c", [recipe(128)], BuildResult(Config(fault="wrong")))
+        (c,) = measurer.measure("c", [fake_recipe(128)], BuildResult(Config(fault="wrong")))
         assert a.ok and c.error is ErrorKind.WRONG_RESULT and first.task.args[0].shape == (128,)
     finally:
         measurer.shutdown()
@@ -375,27 +377,19 @@ def test_the_next_round_of_a_kernel_takes_the_worker_that_holds_that_kernel_alre
     another task, which would make them all again."""
     from tensortune.distributed.actor import MeasureActor
     from tensortune.measure import BuildResult
-    from tensortune.measure.gpu import GpuRunner, GpuTask, TensorArg
     from tensortune.space import Config
-
-    timer = CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
-
-    def recipe(n):
-        task = GpuTask("tensortune.measure.gpu.fakes:launch", (TensorArg((n,)), TensorArg((n,), output=True)),
-                       reference="tensortune.measure.gpu.fakes:reference", device="cpu", timer=timer)
-        return GpuRunner(task, timeout=60).remote_runner()
 
     measurer = MeasureActor(interpreter_target(), 0)
     try:
         for key, n in (("a", 64), ("b", 96)):
-            (r,) = measurer.measure(key, [recipe(n)], BuildResult(Config(fault="none")))
+            (r,) = measurer.measure(key, [fake_recipe(n)], BuildResult(Config(fault="none")))
             assert r.ok
         held = {k: measurer.runners[k][0] for k in ("a", "b")}
         measurer.release("a")
         measurer.release("b")  # "a" is the least recently used, "b" holds the kernel of size 96
-        (r,) = measurer.measure("b2", [recipe(96)], BuildResult(Config(fault="none")))
+        (r,) = measurer.measure("b2", [fake_recipe(96)], BuildResult(Config(fault="none")))
         assert r.ok and measurer.runners["b2"][0] is held["b"] and measurer.finished == {"a"}
-        (r,) = measurer.measure("c", [recipe(128)], BuildResult(Config(fault="wrong")))  # no holder: the LRU
+        (r,) = measurer.measure("c", [fake_recipe(128)], BuildResult(Config(fault="wrong")))  # no holder: the LRU
         assert r.error is ErrorKind.WRONG_RESULT and measurer.runners["c"][0] is held["a"]
     finally:
         measurer.shutdown()
@@ -407,23 +401,15 @@ def test_runs_going_on_at_once_keep_their_own_workers_past_the_kept_ended_ones(m
     of the ended runners only the most recently used `KEPT_FINISHED` stay."""
     from tensortune.distributed import actor as actor_module
     from tensortune.measure import BuildResult
-    from tensortune.measure.gpu import GpuRunner, GpuTask, TensorArg
     from tensortune.space import Config
 
     monkeypatch.setattr(actor_module, "KEPT_FINISHED", 1)
-    timer = CudaTimer(clock="host", budget_seconds=0.0, warmup_seconds=0.0, min_repeats=1, estimate_repeats=1)
-
-    def recipe(n):
-        task = GpuTask("tensortune.measure.gpu.fakes:launch", (TensorArg((n,)), TensorArg((n,), output=True)),
-                       reference="tensortune.measure.gpu.fakes:reference", device="cpu", timer=timer)
-        return GpuRunner(task, timeout=60).remote_runner()
-
     measurer = actor_module.MeasureActor(interpreter_target(), 0)
     try:
         sizes = {"a": 64, "b": 96, "c": 128}
         for _ in range(2):  # the tasks' candidates interleave on the actor
             for key, n in sizes.items():
-                (r,) = measurer.measure(key, [recipe(n)], BuildResult(Config(fault="none")))
+                (r,) = measurer.measure(key, [fake_recipe(n)], BuildResult(Config(fault="none")))
                 assert r.ok
         pids = {k: measurer.runners[k][0]._slots[0].worker.pid for k in sizes}
         assert len(set(pids.values())) == 3 and all(
