@@ -76,6 +76,31 @@ def test_matmul_tunes_each_config_once_and_computes_the_product(tmp_path):
     assert final.config == k.decision.config and final.extra["trials"] == 4
 
 
+def test_threads_launching_interpreted_kernels_at_once_do_not_break_each_other(tmp_path):
+    """Triton's interpreter patches triton.language while a launch runs: launches from
+    several threads (keys tuned at once) run one at a time, each right."""
+    import threading
+
+    k = tt.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n_cols"], timer=FakeTimer(lambda c: 1.0),
+                    settings=settings(tmp_path))(softmax_kernel)
+    launch_softmax(k)  # decided once; the threads launch the decision
+    errors = []
+
+    def launch_many():
+        for _ in range(10):
+            try:
+                launch_softmax(k)
+            except Exception as exc:  # noqa: BLE001 - collected, asserted below
+                errors.append(repr(exc)[:200])
+
+    threads = [threading.Thread(target=launch_many) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
 def test_softmax_space_form_with_reference_and_budget(tmp_path):
     space = tt.Space({"BLOCK": [16, 32, 64, 128], "num_warps": [1, 2, 4]})
     timer = FakeTimer(lambda c: 1.0 / c["BLOCK"] + c["num_warps"] * 1e-3)

@@ -111,7 +111,6 @@ class AutotunedKernel(KernelInterface):
         self._tuned = set(options.space.names) if options.space is not None else \
             {n for tc in options.configs or () for n in tc.kwargs}
         self._raw = self._keys.raw
-        self._run = fn.run
         self._decisions: dict[tuple[Any, ...], Decision] = {}
         self._by_key: dict[TuningKey, Decision] = {}
         self._lock = threading.RLock()
@@ -122,6 +121,7 @@ class AutotunedKernel(KernelInterface):
         self.name = options.name or kernel_name(fn)
         self.short_name = getattr(self.base_fn, "__name__", self.name)
         self.interpreted = _is_interpreted(fn) or _interpreter_on()
+        self._run = _one_at_a_time(fn.run) if self.interpreted else fn.run
         self.tunings: dict[TuningKey, KeyTuning] = {}
         self.pending: dict[TuningKey, tuple[Any, tuple[Any, ...], dict[str, Any]]] = {}
         self.best_config: Any = None  # the triton.Config of the latest decision, as in Triton
@@ -570,6 +570,19 @@ class AutotunedKernel(KernelInterface):
 
 
 _EXECUTORS: dict[tuple[str, str | None], Any] = {}
+_INTERPRETING = threading.Lock()
+
+
+def _one_at_a_time(run: Callable[..., Any]) -> Callable[..., Any]:
+    """`run` of an interpreted kernel, one launch at a time in this process: Triton's
+    interpreter patches `triton.language` while a launch runs and restores it after, so
+    two threads interpreting at once (several keys tuned at once) break each other."""
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _INTERPRETING:
+            return run(*args, **kwargs)
+    return locked
+
+
 _EXECUTORS_LOCK = threading.Lock()
 
 
