@@ -36,6 +36,8 @@ GPU run, not its speed.
 
 Usage (from the repository root):
     GPU host:  python benchmarks/multi_gpu.py --gpus 1,2 --json $OUT/multi_gpu.json
+               python benchmarks/multi_gpu.py --gpus 1 --no-ranks --frontend autotune --json one.json
+               python benchmarks/multi_gpu.py --gpus 2,4 --no-ranks --frontend autotune --baseline one.json
                python benchmarks/multi_gpu.py --gpus 1,2,4 --no-ray --no-ranks --model --json $OUT/m.json
     CPU:       TRITON_INTERPRET=1 python benchmarks/multi_gpu.py --dry-run --json multi_gpu_dry.json
 """
