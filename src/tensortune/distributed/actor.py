@@ -32,6 +32,7 @@ from typing import Any
 from ..db import Target
 from ..measure import BuildResult, ErrorKind, MeasureResult
 from ..measure.executor import RemoteRunner
+from ..measure.worker import start_in_background
 from ..space import Config
 
 KEPT_FINISHED = 8  # runners of ended runs (with their workers) kept for the next tasks (or rounds) to adopt
@@ -151,9 +152,7 @@ class MeasureActor:
             return {"started": started, "seconds": time.time() - started, "error": f"{type(exc).__name__}: {exc}"}
         warm_up = getattr(runner, "warm_up", None)
         if warm_up is not None and fresh:  # (a runner in use is never started again behind its back)
-            thread = threading.Thread(target=_quietly, args=(warm_up,), name=f"start-{key[:8]}", daemon=True)
-            thread.start()
-            self.starting[key] = thread
+            self.starting[key] = start_in_background(warm_up, f"start-{key[:8]}")
         return {"started": started, "seconds": time.time() - started, "error": ""}
 
     def settle(self, key: str) -> None:
@@ -201,13 +200,6 @@ class MeasureActor:
             _close(runner)
         self.runners.clear()
         self.finished.clear()
-
-
-def _quietly(start: Callable[[], Any]) -> None:
-    try:
-        start()
-    except Exception:  # noqa: BLE001 - the task's first candidate meets it again, and records it
-        pass
 
 
 def _node_id() -> str:

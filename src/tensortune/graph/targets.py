@@ -272,15 +272,12 @@ class CudaTarget:
         with self._lock:
             if self._runner is not None or self._starting is not None:
                 return
-            runner = self.shared_runner(task)
-            self._starting = threading.Thread(target=_quietly, args=(runner.warm_up,), name="start-confirm-worker",
-                                              daemon=True)
-            self._starting.start()
+            from ..measure.worker import start_in_background
+            self._starting = start_in_background(self.shared_runner(task).warm_up, "start-confirm-worker")
 
     def _settle(self) -> None:
-        starting = self._starting
-        if starting is not None and starting is not threading.current_thread():
-            starting.join()
+        if self._starting is not None:
+            self._starting.join()
             self._starting = None
 
     def shared(self, task: Any) -> tuple[Any, Any]:
@@ -384,13 +381,6 @@ class CudaTaskSearch:
             self._search.close()  # its own runner
         elif self._search._builder is not None:
             self._search._builder.close()
-
-
-def _quietly(start: Any) -> None:
-    try:
-        start()
-    except Exception:  # noqa: BLE001 - met again, and reported, when the worker is used
-        pass
 
 
 def _rounds_at_once(executor: Any, target: Any, trials_per_round: int, tasks: int) -> int:

@@ -54,6 +54,24 @@ BUILD_NICENESS = 10  # compile workers yield the host to the process that times 
 MEMORY_POLL_SECONDS = 0.02  # how often a worker's memory is looked at while it runs a candidate
 
 
+def start_in_background(start: Callable[[], Any], name: str) -> threading.Thread:
+    """Run `start` (a worker's start: process, imports, CUDA context) in a daemon thread of
+    its own, so that other work goes on meanwhile; join the thread before using the worker.
+    A failure is not raised here: the worker's first use meets it again, and reports it.
+
+    Example:
+        >>> start_in_background(lambda: None, "start-nothing").join()
+    """
+    def run() -> None:
+        try:
+            start()
+        except Exception:  # noqa: BLE001 - met again, and reported, when the worker is used
+            pass
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
 def lower_priority(niceness: int = BUILD_NICENESS) -> None:
     """Run this process at a lower priority (a compile worker), so the process timing
     candidates on the same host is not kept waiting: a waiting launch is a slower-looking
