@@ -466,8 +466,14 @@ def table(out: dict) -> list[dict]:
 
 def take_baseline(out: dict, path: str, args: argparse.Namespace) -> None:
     """The one-GPU rows of an earlier run (the same job: shapes, grid, trials, frontend, model budget)."""
-    with open(path) as f:
-        base = json.load(f)
+    try:
+        with open(path) as f:
+            base = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"--baseline {path}: cannot be read ({type(exc).__name__}: {exc})") from None
+    missing = [k for k in ("args", "shapes", "grid") if not isinstance(base, dict) or k not in base]
+    if missing:
+        raise SystemExit(f"--baseline {path}: not a JSON this script wrote (no {', '.join(missing)})")
     mine = vars(args)
     for key in ("trials", "seed", "frontend", "one_shape_at_a_time", "model_budget", "cpus_per_gpu", "cpus_per_node"):
         if base["args"].get(key) != mine.get(key):
