@@ -345,6 +345,30 @@ def test_multi_gpu_benchmark_dry_run_tunes_a_models_tasks_on_the_cluster(tmp_pat
         assert db.execute("SELECT COUNT(*) FROM records").fetchone()[0] >= row["trials"]
 
 
+def test_multi_gpu_baseline_takes_the_one_gpu_rows_of_the_same_job_only(monkeypatch, tmp_path):
+    """`--baseline`: an earlier run's one-GPU rows become this run's scaling base; another
+    job's JSON, or a file that is not this script's, is refused with the reason."""
+    import argparse
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    import multi_gpu
+
+    args = argparse.Namespace(trials=None, seed=0, frontend="autotune", one_shape_at_a_time=False, model_budget=None,
+                              cpus_per_gpu=15, cpus_per_node=None)
+    one = {"args": dict(vars(args)), "shapes": ["8x8x8"], "grid": {"B": [16]},
+           "ray": {"1": {"per_minute": 60.0}}, "model": {}}
+    (tmp_path / "one.json").write_text(json.dumps(one))
+    out = {"shapes": ["8x8x8"], "grid": {"B": [16]}, "ray": {}, "model": {}}
+    multi_gpu.take_baseline(out, str(tmp_path / "one.json"), args)
+    assert out["ray"]["1"]["per_minute"] == 60.0 and out["ray"]["1"]["from"] == str(tmp_path / "one.json")
+    with pytest.raises(SystemExit, match="--trials 16, this run with None: not the same job"):
+        (tmp_path / "other.json").write_text(json.dumps({**one, "args": {**one["args"], "trials": 16}}))
+        multi_gpu.take_baseline(dict(out), str(tmp_path / "other.json"), args)
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="not a JSON this script wrote"):
+        multi_gpu.take_baseline(dict(out), str(tmp_path / "bad.json"), args)
+
+
 def test_ray_timeline_steady_rate_leaves_out_a_runs_start_and_its_tail(monkeypatch):
     """The steady rate counts the measurements between the ends of the 10th and 90th
     percentile ones: a slow start (workers starting) and a tail do not change it."""
